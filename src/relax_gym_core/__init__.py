@@ -1,0 +1,1 @@
+"""relax-gym core."""

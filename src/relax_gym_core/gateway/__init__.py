@@ -1,0 +1,18 @@
+"""The gateway: Starlette app factory, configuration, error table, uvicorn server."""
+
+from relax_gym_core.gateway.app import Gateway, create_app
+from relax_gym_core.gateway.config import (
+    EnvironmentSpec,
+    GatewaySettings,
+    load_environments,
+    parse_environments,
+)
+
+__all__ = [
+    "EnvironmentSpec",
+    "Gateway",
+    "GatewaySettings",
+    "create_app",
+    "load_environments",
+    "parse_environments",
+]

@@ -1,0 +1,172 @@
+"""The gateway app factory: trial API routes over a TrialService (no module-level app)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from relax_gym_core.errors import ConfigError, RelaxGymError
+from relax_gym_core.gateway.config import EnvironmentSpec, GatewaySettings
+from relax_gym_core.gateway.errors import (
+    handle_http_exception,
+    handle_relax_gym_error,
+    handle_unexpected,
+    json_response,
+)
+from relax_gym_core.gateway.openapi import build_openapi
+from relax_gym_core.protocol import PROTOCOL_VERSION, ServiceHealth, parse_create_request, unstructure
+from relax_gym_core.protocol.jsonutil import canonical
+from relax_gym_core.runtimes import EchoRuntime, Runtime
+from relax_gym_core.trials import MemoryStore, TrialBook, TrialService, TrialStore
+
+type RuntimeFactory = Callable[[EnvironmentSpec], Runtime]
+
+
+def config_fingerprint(specs: tuple[EnvironmentSpec, ...]) -> str:
+    ordered = sorted((spec.to_json() for spec in specs), key=lambda s: (s["environment"], s["config"]))
+    return hashlib.sha256(canonical(ordered)).hexdigest()
+
+
+def _builtin_runtimes() -> dict[str, RuntimeFactory]:
+    echo = EchoRuntime()
+    return {"echo": lambda _spec: echo}
+
+
+class Gateway:
+    """App-lifetime state: the service plus identity for health answers."""
+
+    def __init__(self, settings: GatewaySettings, service: TrialService) -> None:
+        self.settings = settings
+        self.service = service
+        self.service_epoch = secrets.token_hex(16)
+        self.config_fingerprint = config_fingerprint(settings.environments)
+
+    def health(self, *, ready: bool | None = None, reasons: list[str] | None = None) -> ServiceHealth:
+        stats = self.service.stats()
+        return ServiceHealth(
+            protocol_version=PROTOCOL_VERSION,
+            service_epoch=self.service_epoch,
+            gym_commit=self.settings.gym_commit,
+            config_fingerprint=self.config_fingerprint,
+            trials=stats["trials"],
+            active_trials=stats["active_trials"],
+            terminal_trials=stats["terminal_trials"],
+            janitor_healthy=self.service.janitor_healthy,
+            ready=ready,
+            reasons=reasons or [],
+            evicted_trials=stats["evicted_trials"],
+        )
+
+
+def _gateway(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+async def create_trial(request: Request) -> Response:
+    trial_request = parse_create_request(await request.body())
+    snapshot, _created = _gateway(request).service.create(trial_request)
+    return json_response(unstructure(snapshot), 202)
+
+
+async def get_trial(request: Request) -> Response:
+    snapshot = _gateway(request).service.get(request.path_params["request_id"])
+    return json_response(unstructure(snapshot))
+
+
+async def renew_trial(request: Request) -> Response:
+    _gateway(request).service.renew(request.path_params["request_id"])
+    return Response(status_code=204)
+
+
+async def abort_trial(request: Request) -> Response:
+    snapshot = _gateway(request).service.abort(request.path_params["request_id"])
+    return json_response(unstructure(snapshot), 202)
+
+
+async def healthz(request: Request) -> Response:
+    body = unstructure(_gateway(request).health())
+    del body["ready"]  # liveness only, as in the reference
+    return json_response(body)
+
+
+async def readyz(request: Request) -> Response:
+    gateway = _gateway(request)
+    ready, reasons = await gateway.service.readiness()
+    return json_response(unstructure(gateway.health(ready=ready, reasons=reasons)), 200 if ready else 503)
+
+
+async def openapi(request: Request) -> Response:
+    document = request.app.state.openapi
+    return json_response(document)
+
+
+def create_app(
+    settings: GatewaySettings,
+    *,
+    runtime_factories: Mapping[str, RuntimeFactory] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    store: TrialStore | None = None,
+) -> Starlette:
+    """Build the gateway. Raises ConfigError before anything starts if a spec names an unknown runtime."""
+    factories = {**_builtin_runtimes(), **(runtime_factories or {})}
+    runtimes: dict[tuple[str, str], Runtime] = {}
+    for spec in settings.environments:
+        factory = factories.get(spec.runtime)
+        if factory is None:
+            raise ConfigError(
+                f"environment config {spec.config!r}: runtime {spec.runtime!r} is not available "
+                f"(available: {', '.join(sorted(factories))})"
+            )
+        runtimes[spec.key] = factory(spec)
+    book = TrialBook(
+        clock=clock,
+        store=store if store is not None else MemoryStore(tombstone_capacity=settings.tombstone_capacity),
+        environments={spec.key: spec.admission for spec in settings.environments},
+        retention_s=settings.retention_s,
+    )
+    service = TrialService(
+        book,
+        runtimes,
+        cleanup_grace_s=settings.cleanup_grace_s,
+        scan_interval_s=settings.scan_interval_s,
+    )
+    gateway = Gateway(settings, service)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.close()
+
+    app = Starlette(
+        routes=[
+            Route("/v1/trials", create_trial, methods=["POST"]),
+            Route("/v1/trials/{request_id}", get_trial, methods=["GET"]),
+            Route("/v1/trials/{request_id}/renew", renew_trial, methods=["POST"]),
+            Route("/v1/trials/{request_id}/abort", abort_trial, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/openapi.json", openapi, methods=["GET"]),
+        ],
+        exception_handlers={
+            RelaxGymError: handle_relax_gym_error,
+            HTTPException: handle_http_exception,
+            Exception: handle_unexpected,
+        },
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+    app.state.openapi = build_openapi()
+    return app

@@ -1,0 +1,43 @@
+"""Run the gateway under uvicorn on a socket we bind ourselves, so port 0 works and is reported."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+
+import uvicorn
+from starlette.applications import Starlette
+
+LISTENING_LINE = "relax-gym gateway listening on {url}"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def serve(app: Starlette, sock: socket.socket, *, log_level: str = "warning") -> None:
+    """Serve until SIGINT/SIGTERM; print the listening line once the app has started (lifespan done)."""
+    config = uvicorn.Config(
+        app, log_level=log_level, access_log=False, timeout_graceful_shutdown=30, lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn offers no startup event
+        await asyncio.sleep(0.01)
+    if server.started:
+        print(LISTENING_LINE.format(url=url_of(sock)), flush=True)  # noqa: T201 - the contract with scripts
+    await task
+    if not server.started:
+        sys.exit(1)

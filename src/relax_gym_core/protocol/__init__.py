@@ -1,0 +1,45 @@
+"""relax-nemo-gym/v1: wire types, the one converter, strict JSON. Imports no web framework."""
+
+from relax_gym_core.protocol.converter import (
+    converter,
+    parse_create_request,
+    parse_snapshot,
+    request_to_wire,
+    structure,
+    unstructure,
+)
+from relax_gym_core.protocol.types import (
+    PROTOCOL_VERSION,
+    CleanupState,
+    CreateTrialRequest,
+    EnvironmentRef,
+    ErrorBody,
+    Generation,
+    InterruptPolicy,
+    ModelEndpoint,
+    ServiceHealth,
+    SessionInfo,
+    TrialSnapshot,
+    TrialStatus,
+)
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "CleanupState",
+    "CreateTrialRequest",
+    "EnvironmentRef",
+    "ErrorBody",
+    "Generation",
+    "InterruptPolicy",
+    "ModelEndpoint",
+    "ServiceHealth",
+    "SessionInfo",
+    "TrialSnapshot",
+    "TrialStatus",
+    "converter",
+    "parse_create_request",
+    "parse_snapshot",
+    "request_to_wire",
+    "structure",
+    "unstructure",
+]

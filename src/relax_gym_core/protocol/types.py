@@ -1,0 +1,296 @@
+"""Wire types of relax-nemo-gym/v1: frozen, keyword-only attrs classes.
+
+Validators state the contract; their messages name the field as the reference gateway does
+("session.attempt must be an integer greater than or equal to 1"). Secrets are kept out of repr.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from enum import StrEnum
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import attrs
+from attrs import field, frozen
+
+from relax_gym_core.protocol.jsonutil import is_finite_json
+
+PROTOCOL_VERSION: Final = "relax-nemo-gym/v1"
+REQUEST_ID_MAX_LEN: Final = 256
+_REQUEST_ID_RE: Final = re.compile(r"[A-Za-z0-9._~-]+")
+# RFC 7230 token characters; header names outside this set would let a client smuggle headers upstream.
+_TCHAR_RE: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+FORBIDDEN_HEADERS: Final = frozenset(
+    {"connection", "content-length", "host", "proxy-authenticate", "proxy-authorization", "transfer-encoding"}
+)
+
+
+class TrialStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    TRUNCATED = "truncated"
+    ABORTED = "aborted"
+    FAILED = "failed"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in (TrialStatus.QUEUED, TrialStatus.RUNNING)
+
+
+class InterruptPolicy(StrEnum):
+    PROTECTED = "protected"
+    INTERRUPTIBLE = "interruptible"
+    RESUMABLE = "resumable"
+
+
+class CleanupState(StrEnum):
+    """Additive v1 extension: whether the trial's remote resources are released."""
+
+    PENDING = "pending"  # the trial holds (or may hold) resources
+    CONFIRMED = "confirmed"  # proven released, or nothing was ever allocated
+    UNVERIFIED = "unverified"  # released as far as we can tell, but nothing proved it
+    FAILED = "failed"  # the cleanup ladder raised or timed out
+
+
+# ---- validators -------------------------------------------------------------------------------------
+
+
+class FieldError(ValueError):
+    """A validator's complaint; its message starts with the field it is about."""
+
+
+def _non_empty_str(name: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, str) or not value.strip():
+            raise FieldError(f"{name} must be a non-empty string")
+
+    return check
+
+
+def _single_line_str(name: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, str) or "\r" in value or "\n" in value:
+            raise FieldError(f"{name} must be a single-line string")
+
+    return check
+
+
+def _json_object(name: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, dict):
+            raise FieldError(f"{name} must be a JSON object")
+        if not is_finite_json(value):
+            raise FieldError(f"{name} must contain only finite JSON values")
+
+    return check
+
+
+def _positive_finite(name: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise FieldError(f"{name} must be a positive finite number")
+        if not math.isfinite(value) or value <= 0:
+            raise FieldError(f"{name} must be a positive finite number")
+
+    return check
+
+
+def _header_name(name: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, str) or not _TCHAR_RE.fullmatch(value):
+            raise FieldError(f"{name} must be a valid HTTP header name")
+        if value.lower() in FORBIDDEN_HEADERS:
+            raise FieldError(f"{name} must not be a hop-by-hop or framing header")
+
+    return check
+
+
+def _check_request_id(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise FieldError("request_id must be a non-empty string")
+    if len(value) > REQUEST_ID_MAX_LEN:
+        raise FieldError(f"request_id must be at most {REQUEST_ID_MAX_LEN} characters")
+    if not _REQUEST_ID_RE.fullmatch(value):
+        raise FieldError("request_id may contain only letters, digits and '.', '_', '~', '-'")
+
+
+def _check_attempt(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FieldError("session.attempt must be an integer greater than or equal to 1")
+
+
+def _check_protocol(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+    if value != PROTOCOL_VERSION:
+        raise FieldError(f"Unsupported protocol_version: {value!r}; expected {PROTOCOL_VERSION!r}")
+
+
+def _to_float(value: Any) -> Any:
+    # JSON integers are valid numbers; bools are not (validators reject them below).
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf
+    return value
+
+
+# ---- create request ---------------------------------------------------------------------------------
+
+
+@frozen(kw_only=True)
+class SessionInfo:
+    """The Relax session the trial belongs to. session_id is a credential in practice: never printed."""
+
+    session_id: str = field(repr=False, validator=_non_empty_str("session.session_id"))
+    group_id: str = field(validator=_non_empty_str("session.group_id"))
+    rollout_mode: str = field(validator=_non_empty_str("session.rollout_mode"))
+    attempt: int = field(default=1, validator=_check_attempt)
+
+
+@frozen(kw_only=True)
+class EnvironmentRef:
+    """Which registered (environment, config) runs the task, and the task itself."""
+
+    name: str = field(validator=_non_empty_str("environment.name"))
+    config: str = field(validator=_non_empty_str("environment.config"))
+    task: dict[str, Any] = field(validator=_json_object("environment.task"))
+
+
+@frozen(kw_only=True)
+class ModelEndpoint:
+    """The trainer's per-session model API the bridge forwards model calls to."""
+
+    base_url: str = field(validator=_non_empty_str("model_endpoint.base_url"))
+    api_key: str = field(repr=False, validator=_non_empty_str("model_endpoint.api_key"))
+    model: str = field(validator=_non_empty_str("model_endpoint.model"))
+    api_key_header: str = field(
+        default="Authorization", validator=_header_name("model_endpoint.api_key_header")
+    )
+    api_key_prefix: str = field(
+        default="Bearer ", repr=False, validator=_single_line_str("model_endpoint.api_key_prefix")
+    )
+    headers: dict[str, str] = field(factory=dict, repr=False)
+
+    @base_url.validator
+    def _check_base_url(self, _attr: attrs.Attribute[str], value: str) -> None:
+        try:
+            parts = urlsplit(value)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise FieldError("model_endpoint.base_url must be an absolute http(s) URL")
+
+    @headers.validator
+    def _check_headers(self, _attr: attrs.Attribute[dict[str, str]], value: object) -> None:
+        if not isinstance(value, dict):
+            raise FieldError("model_endpoint.headers must be a JSON object of strings")
+        name_check = _header_name("model_endpoint.headers")
+        value_check = _single_line_str("model_endpoint.headers values")
+        for key, item in value.items():
+            name_check(self, _attr, key)
+            value_check(self, _attr, item)
+            if key.lower() == self.api_key_header.lower():
+                raise FieldError("model_endpoint.headers must not override api_key_header")
+
+
+@frozen(kw_only=True)
+class Generation:
+    """Per-trial generation overrides: merged into the /run params and into every bridged model call."""
+
+    responses_create_params: dict[str, Any] = field(
+        factory=dict, validator=_json_object("generation.responses_create_params")
+    )
+    sampling_params: dict[str, Any] = field(
+        factory=dict, validator=_json_object("generation.sampling_params")
+    )
+
+
+@frozen(kw_only=True)
+class CreateTrialRequest:
+    """Body of POST /v1/trials."""
+
+    protocol_version: str = field(validator=_check_protocol)
+    request_id: str = field(validator=_check_request_id)
+    session: SessionInfo
+    environment: EnvironmentRef
+    model_endpoint: ModelEndpoint
+    interrupt_policy: InterruptPolicy
+    generation: Generation = field(factory=Generation)
+    deadline_s: float = field(default=1800.0, converter=_to_float, validator=_positive_finite("deadline_s"))
+    lease_s: float = field(default=60.0, converter=_to_float, validator=_positive_finite("lease_s"))
+    metadata: dict[str, Any] = field(factory=dict, validator=_json_object("metadata"))
+
+
+# ---- responses --------------------------------------------------------------------------------------
+
+
+def _check_reward(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool):
+        raise FieldError("reward must be null, a finite number or a JSON object")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise FieldError("reward must be a finite number")
+        return
+    if not isinstance(value, dict) or not is_finite_json(value):
+        raise FieldError("reward must be null, a finite number or a JSON object")
+
+
+def _check_optional_object(name: str) -> Any:
+    inner = _json_object(name)
+
+    def check(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+        if value is not None:
+            inner(inst, attr, value)
+
+    return check
+
+
+def _check_artifact_ref(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise FieldError("artifact_ref must be null or a non-empty string")
+
+
+@frozen(kw_only=True)
+class TrialSnapshot:
+    """The public view of one trial (body of create, get and abort)."""
+
+    protocol_version: str = field(validator=_check_protocol)
+    request_id: str = field(validator=_check_request_id)
+    status: TrialStatus
+    reward: float | dict[str, Any] | None = field(default=None, validator=_check_reward)
+    metrics: dict[str, Any] = field(factory=dict, validator=_json_object("metrics"))
+    artifact_ref: str | None = field(default=None, validator=_check_artifact_ref)
+    error: dict[str, Any] | None = field(default=None, validator=_check_optional_object("error"))
+    # v1 extension; absent when talking to a reference gateway.
+    cleanup: CleanupState | None = None
+
+
+@frozen(kw_only=True)
+class ErrorBody:
+    """Every error answer: {"detail": "..."}."""
+
+    detail: str
+
+
+@frozen(kw_only=True)
+class ServiceHealth:
+    """Body of /healthz and /readyz."""
+
+    protocol_version: str
+    service_epoch: str
+    gym_commit: str
+    config_fingerprint: str
+    trials: int
+    active_trials: int
+    terminal_trials: int
+    janitor_healthy: bool
+    ready: bool | None = None
+    # Extensions: why not ready, and what has been evicted from memory.
+    reasons: list[str] = field(factory=list)
+    evicted_trials: int = 0

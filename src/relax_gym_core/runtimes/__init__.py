@@ -1,0 +1,23 @@
+"""Runtimes: what actually runs a trial (behind the run-adapter seam)."""
+
+from relax_gym_core.runtimes.base import (
+    CLEANUP_CONFIRMED,
+    CLEANUP_UNVERIFIED,
+    CleanupResult,
+    RunContext,
+    RunHandle,
+    RunResult,
+    Runtime,
+)
+from relax_gym_core.runtimes.echo import EchoRuntime
+
+__all__ = [
+    "CLEANUP_CONFIRMED",
+    "CLEANUP_UNVERIFIED",
+    "CleanupResult",
+    "EchoRuntime",
+    "RunContext",
+    "RunHandle",
+    "RunResult",
+    "Runtime",
+]

@@ -1,0 +1,77 @@
+"""The run-adapter seam: how the trial service drives one environment run.
+
+A Runtime starts runs; each run is a RunHandle the service waits on, aborts, and asks to clean up.
+NeMo Gym agents over HTTP, the in-process echo environment, and later local sandboxes all sit behind
+this one interface, keyed by rollout id so cleanup can be confirmed (also after a restart).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from attrs import field, frozen
+
+from relax_gym_core.protocol import CreateTrialRequest, TrialStatus
+
+
+@frozen(kw_only=True)
+class RunContext:
+    """What a runtime needs to start one run."""
+
+    request: CreateTrialRequest
+    rollout_id: str
+    environment: str
+    config: str
+    # Where this run's model calls go: the gateway's bridge base URL for this trial (None without a bridge).
+    model_base_url: str | None = None
+
+
+@frozen(kw_only=True)
+class RunResult:
+    """The outcome of a run that finished on its own."""
+
+    status: TrialStatus = TrialStatus.COMPLETED
+    reward: float | dict[str, Any] | None = None
+    metrics: dict[str, Any] = field(factory=dict)
+    artifact_ref: str | None = None
+    error: dict[str, Any] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.status not in (TrialStatus.COMPLETED, TrialStatus.TRUNCATED):
+            raise ValueError("a run can only finish as completed or truncated")
+
+
+@frozen(kw_only=True)
+class CleanupResult:
+    """Whether a run's resources are proven released; error_code says why not."""
+
+    confirmed: bool
+    error_code: str | None = None
+
+
+CLEANUP_CONFIRMED = CleanupResult(confirmed=True)
+CLEANUP_UNVERIFIED = CleanupResult(confirmed=False, error_code="cleanup_unverified")
+
+
+class RunHandle(Protocol):
+    """One run. wait() is cancelled by the service when the trial is cancelled."""
+
+    async def wait(self) -> RunResult: ...
+
+    async def abort(self) -> CleanupResult: ...
+
+    async def force_cleanup(self) -> CleanupResult: ...
+
+    async def probe_cleanup(self) -> CleanupResult: ...
+
+
+class Runtime(Protocol):
+    """Starts runs for one or more registered environments."""
+
+    async def start(self, context: RunContext) -> RunHandle:
+        """Allocate and start a run quickly; the long wait happens in RunHandle.wait()."""
+        ...
+
+    async def ready(self) -> bool: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,88 @@
+"""Start real relax-gym processes for tests; stop exactly what was started, by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from attrs import frozen
+
+from relax_gym_core.gateway.server import LISTENING_LINE
+
+_PREFIX = LISTENING_LINE.split("{url}")[0]
+
+
+@frozen
+class GatewayProcess:
+    url: str
+    process: subprocess.Popen[str]
+    output: list[str]  # every line the process printed (stdout and stderr), appended live
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+@contextlib.contextmanager
+def start_gateway(
+    environments: Mapping[str, Any],
+    *,
+    env: Mapping[str, str] | None = None,
+    host: str = "127.0.0.1",
+    startup_timeout_s: float = 60.0,
+    extra_args: tuple[str, ...] = (),
+) -> Iterator[GatewayProcess]:
+    """Run `relax-gym serve --port 0` with these specs until the block exits (then SIGTERM, KILL)."""
+    with tempfile.TemporaryDirectory(prefix="relax-gym-gw-") as tmp:
+        spec_file = Path(tmp) / "environments.json"
+        spec_file.write_text(json.dumps(environments))
+        command = [
+            sys.executable, "-m", "relax_gym_core.cli", "serve",
+            "--host", host, "--port", "0", "--environments", str(spec_file), *extra_args,
+        ]  # fmt: skip
+        process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        output: list[str] = []
+        ready = threading.Event()
+        url: list[str] = []
+
+        def reader() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                output.append(line.rstrip("\n"))
+                if line.startswith(_PREFIX) and not url:
+                    url.append(line[len(_PREFIX) :].strip())
+                    ready.set()
+            ready.set()
+
+        thread = threading.Thread(target=reader, daemon=True)
+        thread.start()
+        try:
+            if not ready.wait(startup_timeout_s) or not url:
+                raise RuntimeError("gateway did not start:\n" + "\n".join(output))
+            yield GatewayProcess(url[0], process, output)
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            thread.join(timeout=5)
+            if process.stdout is not None:
+                process.stdout.close()

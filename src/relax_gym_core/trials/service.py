@@ -1,0 +1,287 @@
+"""TrialService: drives runs for the TrialBook on one asyncio loop (supervisors, cleanup, janitor).
+
+The book decides; this module only waits on things and reports what happened. Queued trials cost no
+task: a supervisor task exists only while a trial holds a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+from attrs import frozen
+
+from relax_gym_core.errors import CapabilityUnavailableError
+from relax_gym_core.protocol import CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
+from relax_gym_core.runtimes.base import (
+    CLEANUP_CONFIRMED,
+    CleanupResult,
+    RunContext,
+    RunHandle,
+    Runtime,
+)
+from relax_gym_core.trials.book import Cancel, TrialBook
+from relax_gym_core.trials.records import Cause, EnvKey, Phase, Trial
+
+logger = logging.getLogger("relax_gym.trials")
+
+_FAILED = CleanupResult(confirmed=False, error_code="cleanup_failed")
+
+
+@frozen(kw_only=True)
+class CallbackTarget:
+    """What the bridge needs to forward one model call of a trial."""
+
+    request_id: str
+    endpoint: ModelEndpoint
+    generation: Generation
+    remaining_s: float
+
+
+class TrialService:
+    def __init__(
+        self,
+        book: TrialBook,
+        runtimes: Mapping[EnvKey, Runtime],
+        *,
+        cleanup_grace_s: float = 30.0,
+        scan_interval_s: float = 0.25,
+        validate_endpoint: Callable[[ModelEndpoint], None] = lambda _endpoint: None,
+        model_base_url: Callable[[str], str | None] = lambda _rollout_id: None,
+        error_hold_s: float = 30.0,
+    ) -> None:
+        self.book = book
+        self._runtimes = runtimes
+        self._grace = cleanup_grace_s
+        self._scan_interval_s = scan_interval_s
+        self._validate_endpoint = validate_endpoint
+        self._model_base_url = model_base_url
+        self._supervisors: dict[str, asyncio.Task[None]] = {}
+        self._starts: dict[str, asyncio.Future[RunHandle]] = {}
+        self._handles: dict[str, RunHandle] = {}
+        self._cleanups: set[asyncio.Task[None]] = set()
+        self._callbacks: dict[str, set[anyio.CancelScope]] = {}
+        self._janitor: asyncio.Task[None] | None = None
+        self.janitor_error: str | None = None
+        self._janitor_error_at = 0.0
+        self._error_hold_s = error_hold_s
+
+    # ---- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._janitor = asyncio.create_task(self._janitor_loop(), name="relax-gym-janitor")
+
+    async def close(self) -> None:
+        """Graceful shutdown: cancel every trial (service_shutdown), await cleanups, stop runtimes."""
+        for trial, outcome in self.book.close():
+            self._after_cancel(trial, outcome)
+        pending = [*self._supervisors.values(), *self._cleanups]
+        while pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+            pending = [*self._supervisors.values(), *self._cleanups]
+        if self._janitor is not None:
+            self._janitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._janitor
+        for runtime in {id(r): r for r in self._runtimes.values()}.values():
+            await runtime.close()
+
+    # ---- trial API ----------------------------------------------------------------------------------
+
+    def create(self, request: CreateTrialRequest) -> tuple[TrialSnapshot, bool]:
+        self.book.admission_for(request)  # reference order: environment checks before the callback URL
+        self._validate_endpoint(request.model_endpoint)
+        trial, created = self.book.create(request)
+        if created:
+            self._dispatch(trial.env)
+        return self.book.snapshot(trial), created
+
+    def get(self, request_id: str) -> TrialSnapshot:
+        return self.book.snapshot(self.book.get(request_id))
+
+    def renew(self, request_id: str) -> None:
+        self.book.renew(request_id)
+
+    def abort(self, request_id: str) -> TrialSnapshot:
+        trial = self.book.get(request_id)
+        self._after_cancel(trial, self.book.begin_cancel(request_id, Cause.ABORTED))
+        return self.book.snapshot(trial)
+
+    async def readiness(self) -> tuple[bool, list[str]]:
+        reasons: list[str] = []
+        if self.book.closing:
+            reasons.append("gateway is shutting down")
+        if self._janitor is None or self._janitor.done():
+            reasons.append("janitor is not running")
+        if self.janitor_error is not None:
+            reasons.append(f"janitor: {self.janitor_error}")
+        runtimes = {id(r): r for r in self._runtimes.values()}.values()
+        results = await asyncio.gather(*(r.ready() for r in runtimes), return_exceptions=True)
+        if any(result is not True for result in results):
+            reasons.append("an environment runtime is not ready")
+        return not reasons, reasons
+
+    @property
+    def janitor_healthy(self) -> bool:
+        return self.janitor_error is None
+
+    # ---- model callbacks ----------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def callback(self, rollout_id: str) -> AsyncIterator[tuple[CallbackTarget, anyio.CancelScope]]:
+        """Enter one model call of a trial. The yielded scope is cancelled if the trial is cancelled."""
+        trial = self.book.capability(rollout_id)
+        outcome = self.book.cancel_if_overdue(trial)
+        if outcome is not None:
+            self._after_cancel(trial, outcome)
+            raise CapabilityUnavailableError("callback capability is unavailable")
+        request = trial.request
+        assert request is not None  # active trials keep their request
+        target = CallbackTarget(
+            request_id=trial.request_id,
+            endpoint=request.model_endpoint,
+            generation=request.generation,
+            remaining_s=trial.deadline_at - self.book.now(),
+        )
+        scope = anyio.CancelScope()
+        scopes = self._callbacks.setdefault(trial.request_id, set())
+        scopes.add(scope)
+        try:
+            yield target, scope
+        finally:
+            scopes.discard(scope)
+            if not scopes:
+                self._callbacks.pop(trial.request_id, None)
+
+    # ---- internals ----------------------------------------------------------------------------------
+
+    def _dispatch(self, key: EnvKey) -> None:
+        for trial in self.book.start_ready([key]):
+            self._supervisors[trial.request_id] = asyncio.create_task(self._supervise(trial))
+
+    def _after_cancel(self, trial: Trial, outcome: Cancel) -> None:
+        if outcome is not Cancel.IGNORED:
+            for scope in self._callbacks.pop(trial.request_id, ()):
+                scope.cancel()
+        if outcome is Cancel.NEEDS_CLEANUP:
+            task = asyncio.create_task(self._cleanup(trial))
+            self._cleanups.add(task)
+            task.add_done_callback(self._cleanups.discard)
+
+    async def _supervise(self, trial: Trial) -> None:
+        request_id = trial.request_id
+        request = trial.request
+        try:
+            assert request is not None
+            runtime = self._runtimes[trial.env]
+            context = RunContext(
+                request=request,
+                rollout_id=trial.rollout_id,
+                environment=trial.env[0],
+                config=trial.env[1],
+                model_base_url=self._model_base_url(trial.rollout_id),
+            )
+            # Shielded: a cancel during start must not lose the handle; the cleanup ladder awaits it.
+            start = asyncio.ensure_future(runtime.start(context))
+            self._starts[request_id] = start
+            handle = await asyncio.shield(start)
+            self._handles[request_id] = handle
+            del self._starts[request_id]
+            result = await handle.wait()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception(
+                "trial run failed request_id=%s environment=%s config=%s",
+                request_id,
+                trial.env[0],
+                trial.env[1],
+            )
+            self._supervisors.pop(request_id, None)
+            self._after_cancel(trial, self.book.begin_cancel(request_id, Cause.AGENT_ERROR))
+            return
+        if self.book.complete(request_id, result):
+            outcome = await self._release(self._handles.pop(request_id, None))
+            self.book.finish_cleanup(request_id, outcome)
+            self._dispatch(trial.env)
+        self._supervisors.pop(request_id, None)
+
+    async def _cleanup(self, trial: Trial) -> None:
+        request_id = trial.request_id
+        supervisor = self._supervisors.pop(request_id, None)
+        if supervisor is not None and supervisor is not asyncio.current_task():
+            supervisor.cancel()
+            await asyncio.gather(supervisor, return_exceptions=True)
+        handle = self._handles.pop(request_id, None)
+        start = self._starts.pop(request_id, None)
+        if handle is None and start is not None:
+            try:
+                handle = await asyncio.wait_for(asyncio.shield(start), self._grace)
+            except Exception:  # noqa: BLE001 - a start that failed allocated nothing we can address
+                handle = None
+        outcome = CLEANUP_CONFIRMED if handle is None else await self._ladder(handle)
+        if trial.phase is Phase.CANCELLING:
+            self.book.finish_cleanup(request_id, outcome)
+        self._dispatch(trial.env)
+
+    async def _step(self, step: Callable[[], Awaitable[CleanupResult]]) -> CleanupResult:
+        try:
+            return await asyncio.wait_for(step(), self._grace)
+        except Exception:
+            logger.warning("cleanup step %s failed", getattr(step, "__name__", "?"), exc_info=True)
+            return _FAILED
+
+    async def _ladder(self, handle: RunHandle) -> CleanupResult:
+        """abort -> force_cleanup -> probe, each bounded by the grace; only a confirmation counts."""
+        failed = False
+        result = _FAILED
+        for step in (handle.abort, handle.force_cleanup, handle.probe_cleanup):
+            result = await self._step(step)
+            if result.confirmed:
+                return result
+            failed = failed or result is _FAILED
+        return _FAILED if failed else result
+
+    async def _release(self, handle: RunHandle | None) -> CleanupResult:
+        """After a normal finish: prove the run's resources are gone (probe, else force + probe)."""
+        if handle is None:
+            return CLEANUP_CONFIRMED
+        result = await self._step(handle.probe_cleanup)
+        if result.confirmed:
+            return result
+        forced = await self._step(handle.force_cleanup)
+        return forced if forced.confirmed else await self._step(handle.probe_cleanup)
+
+    async def _janitor_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._scan_interval_s)
+            errors: list[tuple[str, Exception]]
+            try:
+                fired, errors = self.book.expire_due()
+                for trial, outcome in fired:
+                    self._after_cancel(trial, outcome)
+                self.book.evict_expired()
+            except Exception as scan_error:  # noqa: BLE001 - health reports it; the next clean scan recovers
+                errors = [("-", scan_error)]
+            for request_id, error in errors:
+                logger.error("janitor could not process request_id=%s: %r", request_id, error)
+            # An error stays visible for a while (operators must be able to see it), then health recovers
+            # by itself once scans run clean again.
+            now = self.book.now()
+            if errors:
+                self.janitor_error = f"{len(errors)} record(s) failed, last {type(errors[-1][1]).__name__}"
+                self._janitor_error_at = now
+            elif self.janitor_error is not None and now - self._janitor_error_at >= self._error_hold_s:
+                self.janitor_error = None
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "trials": self.book.created_total,
+            "active_trials": self.book.active,
+            "terminal_trials": self.book.terminal_count(),
+            "evicted_trials": self.book.evicted_total,
+        }

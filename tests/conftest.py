@@ -1,0 +1,66 @@
+"""Shared fixtures: a controllable clock and a factory for valid create bodies."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+import pytest
+
+_ids = itertools.count()
+
+
+class FakeClock:
+    """Monotonic clock the test moves by hand (no sleeps)."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def create_body(
+    *,
+    request_id: str | None = None,
+    env: str = "echo",
+    config: str = "echo",
+    echo: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "protocol_version": "relax-nemo-gym/v1",
+        "request_id": request_id or f"relax-test-{next(_ids)}",
+        "session": {"session_id": "session-secret-token", "group_id": "g1", "rollout_mode": "train"},
+        "environment": {
+            "name": env,
+            "config": config,
+            "task": {"messages": [{"role": "user", "content": "hi"}], "metadata": {"echo": echo or {}}},
+        },
+        "model_endpoint": {"base_url": "http://127.0.0.1:9/v1", "api_key": "sk-secret-token", "model": "policy"},
+        "interrupt_policy": "protected",
+        "deadline_s": 600,
+        "lease_s": 60,
+    }
+    for key, value in overrides.items():
+        body[key] = copy.deepcopy(value)
+    return body
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def make_body() -> Any:
+    return create_body

@@ -1,0 +1,66 @@
+"""`relax-gym serve` as a real process: startup errors are one clear line, and the real server answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from relax_gym_core.testing import start_gateway
+
+
+def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON"}
+    return subprocess.run(
+        [sys.executable, "-m", "relax_gym_core.cli", "serve", "--port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**environ, **(env or {})},
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("specs", "needle"),
+    [
+        ({"echo": {"environment": "echo", "runtime": "echo", "max_concurency": 2}}, "unknown key 'max_concurency'"),
+        ({"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 0}}, "max_concurrency must be"),
+        ({"echo": {"environment": "echo", "runtime": "warp"}}, "runtime 'warp' is not available"),
+        ({"x": {"environment": "x", "agent_url": "ftp://h"}}, "agent_url must be an absolute http(s) URL"),
+        ({}, "non-empty JSON object"),
+    ],
+)
+def test_bad_environment_file_is_a_clear_startup_error(tmp_path: Path, specs: object, needle: str) -> None:
+    spec_file = tmp_path / "envs.json"
+    spec_file.write_text(json.dumps(specs))
+    result = serve("--environments", str(spec_file))
+    assert result.returncode != 0
+    assert needle in result.stderr
+    assert str(spec_file) in result.stderr or "runtime" in needle
+    assert "Traceback" not in result.stderr
+
+
+def test_environment_variable_source_is_named() -> None:
+    result = serve(env={"NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON": "{oops"})
+    assert result.returncode != 0
+    assert "NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON: not valid JSON" in result.stderr
+    missing = serve()
+    assert missing.returncode != 0
+    assert "NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON is not set" in missing.stderr
+    assert "Traceback" not in missing.stderr + result.stderr
+
+
+def test_real_server_on_port_zero_and_ipv6() -> None:
+    echo = {"echo": {"environment": "echo", "runtime": "echo"}}
+    with start_gateway(echo) as gateway:
+        assert gateway.url.startswith("http://127.0.0.1:")
+        assert httpx.get(f"{gateway.url}/readyz").json()["ready"] is True
+    with start_gateway(echo, host="::1") as gateway:
+        assert gateway.url.startswith("http://[::1]:")
+        assert httpx.get(f"{gateway.url}/healthz").status_code == 200
