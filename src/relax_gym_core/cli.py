@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from collections.abc import Sequence
@@ -12,16 +11,23 @@ from relax_gym_core.errors import ConfigError, RelaxGymError
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from relax_gym_core.bridge import CallbackPolicy  # noqa: PLC0415
     from relax_gym_core.gateway import GatewaySettings, create_app, load_environments  # noqa: PLC0415
-    from relax_gym_core.gateway.server import bind, serve  # noqa: PLC0415
+    from relax_gym_core.gateway.server import bind, run, url_of  # noqa: PLC0415
 
-    settings = GatewaySettings.from_env(load_environments(args.environments))
-    app = create_app(settings)
+    environments = load_environments(args.environments)
+    policy = CallbackPolicy.from_env(hosts=args.callback_host, networks=args.callback_network)
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
-    asyncio.run(serve(app, sock, log_level=args.log_level))
+    settings = GatewaySettings.from_env(environments, callback_policy=policy, public_url=url_of(sock))
+    try:
+        app = create_app(settings)
+    except RelaxGymError:
+        sock.close()
+        raise
+    run(app, sock, log_level=args.log_level)
     return 0
 
 
@@ -39,6 +45,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--environments",
         metavar="FILE",
         help="environment specs as JSON (default: $NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON)",
+    )
+    serve.add_argument(
+        "--callback-network",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="callback network (repeatable; adds to $NEMO_GYM_CALLBACK_ALLOWED_NETWORKS)",
+    )
+    serve.add_argument(
+        "--callback-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="exact callback host name (repeatable; adds to $NEMO_GYM_CALLBACK_ALLOWED_HOSTS)",
     )
     serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(run=_serve)

@@ -20,7 +20,7 @@
         ├── GatewayRequestError       the gateway answered with an error or not at all
         └── TrialFailedError          the trial ended without an exportable reward
 
-HTTP status codes for these live in one table: ``relax_gym_core.gateway.errors``.
+HTTP status codes for these live in one table: ``relax_gym_core.web``.
 Messages never contain secrets (tokens, API keys): callers pass only field names and safe values.
 """
 

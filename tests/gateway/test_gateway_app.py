@@ -12,7 +12,13 @@ import pytest
 from starlette.testclient import TestClient
 
 from relax_gym_core.gateway import GatewaySettings, create_app, parse_environments
-from relax_gym_core.runtimes import CLEANUP_CONFIRMED, CLEANUP_UNVERIFIED, CleanupResult, RunContext, RunResult
+from relax_gym_core.runtimes import (
+    CLEANUP_CONFIRMED,
+    CLEANUP_UNVERIFIED,
+    CleanupResult,
+    RunContext,
+    RunResult,
+)
 from relax_gym_core.trials import MemoryStore, Trial
 
 ECHO = {"environment": "echo", "runtime": "echo", "max_concurrency": 2, "queue_capacity": 2}
@@ -40,7 +46,9 @@ def app_client(clock: Callable[[], float]) -> Iterator[Callable[..., TestClient]
         client.__exit__(None, None, None)
 
 
-def wait_for(client: TestClient, request_id: str, predicate: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+def wait_for(
+    client: TestClient, request_id: str, predicate: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
     """Poll until the snapshot satisfies predicate (a safety timeout only; nothing is timed)."""
     stop = time.monotonic() + 30
     while True:
@@ -51,7 +59,10 @@ def wait_for(client: TestClient, request_id: str, predicate: Callable[[dict[str,
 
 
 def terminal(snapshot: dict[str, Any]) -> bool:
-    return snapshot["status"] in ("completed", "truncated", "aborted", "failed") and snapshot["cleanup"] != "pending"
+    return (
+        snapshot["status"] in ("completed", "truncated", "aborted", "failed")
+        and snapshot["cleanup"] != "pending"
+    )
 
 
 def test_create_poll_complete(app_client: Any, make_body: Any) -> None:
@@ -64,7 +75,16 @@ def test_create_poll_complete(app_client: Any, make_body: Any) -> None:
     assert done["status"] == "completed"
     assert done["reward"] == 0.25
     assert done["cleanup"] == "confirmed"
-    assert set(done) == {"protocol_version", "request_id", "status", "reward", "metrics", "artifact_ref", "error", "cleanup"}
+    assert set(done) == {
+        "protocol_version",
+        "request_id",
+        "status",
+        "reward",
+        "metrics",
+        "artifact_ref",
+        "error",
+        "cleanup",
+    }
     health = client.get("/readyz")
     assert health.status_code == 200
     assert health.json()["active_trials"] == 0
@@ -136,7 +156,10 @@ def test_registry_errors(app_client: Any, make_body: Any) -> None:
     assert policy.status_code == 400
     assert "interrupt_policy" in policy.json()["detail"]
     long = client.post("/v1/trials", json=make_body(deadline_s=101))
-    assert (long.status_code, long.json()["detail"]) == (400, "deadline_s exceeds the registered environment maximum")
+    assert (long.status_code, long.json()["detail"]) == (
+        400,
+        "deadline_s exceeds the registered environment maximum",
+    )
 
 
 def test_errors_never_echo_secrets(app_client: Any, make_body: Any) -> None:
@@ -385,3 +408,14 @@ def test_one_bad_record_does_not_wedge_readiness(app_client: Any, make_body: Any
         ready = client.get("/readyz")
     assert ready.status_code == 200  # recovered without a restart
     assert ready.json()["janitor_healthy"] is True
+
+
+@pytest.mark.parametrize("reward", ["abc", True, [1, 2]])
+def test_invalid_run_result_fails_the_trial_not_the_poll(
+    app_client: Any, make_body: Any, reward: Any
+) -> None:
+    client = app_client()
+    body = make_body(echo={"reward": reward})
+    client.post("/v1/trials", json=body)
+    done = wait_for(client, body["request_id"], terminal)
+    assert (done["status"], done["error"], done["reward"]) == ("failed", {"code": "agent_error"}, None)

@@ -15,7 +15,8 @@ from relax_gym_core.testing import start_gateway
 
 
 def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if k != "NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON"}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("NEMO_GYM_")}
+    environ["NEMO_GYM_CALLBACK_ALLOWED_NETWORKS"] = "127.0.0.1/32"
     return subprocess.run(
         [sys.executable, "-m", "relax_gym_core.cli", "serve", "--port", "0", *args],
         capture_output=True,
@@ -29,8 +30,14 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
 @pytest.mark.parametrize(
     ("specs", "needle"),
     [
-        ({"echo": {"environment": "echo", "runtime": "echo", "max_concurency": 2}}, "unknown key 'max_concurency'"),
-        ({"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 0}}, "max_concurrency must be"),
+        (
+            {"echo": {"environment": "echo", "runtime": "echo", "max_concurency": 2}},
+            "unknown key 'max_concurency'",
+        ),
+        (
+            {"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 0}},
+            "max_concurrency must be",
+        ),
         ({"echo": {"environment": "echo", "runtime": "warp"}}, "runtime 'warp' is not available"),
         ({"x": {"environment": "x", "agent_url": "ftp://h"}}, "agent_url must be an absolute http(s) URL"),
         ({}, "non-empty JSON object"),
@@ -54,6 +61,23 @@ def test_environment_variable_source_is_named() -> None:
     assert missing.returncode != 0
     assert "NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON is not set" in missing.stderr
     assert "Traceback" not in missing.stderr + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("networks", "needle"),
+    [
+        ("", "At least one exact callback hostname or CIDR network must be configured"),
+        ("0.0.0.0/0", "default-route"),
+        ("10.0.0.1/8", "not a strict CIDR network"),
+    ],
+)
+def test_callback_allowlist_is_required_and_strict(tmp_path: Path, networks: str, needle: str) -> None:
+    spec_file = tmp_path / "envs.json"
+    spec_file.write_text(json.dumps({"echo": {"environment": "echo", "runtime": "echo"}}))
+    result = serve("--environments", str(spec_file), env={"NEMO_GYM_CALLBACK_ALLOWED_NETWORKS": networks})
+    assert result.returncode != 0
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_real_server_on_port_zero_and_ipv6() -> None:

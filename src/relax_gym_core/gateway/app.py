@@ -14,19 +14,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from relax_gym_core.bridge import UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply
 from relax_gym_core.errors import ConfigError, RelaxGymError
 from relax_gym_core.gateway.config import EnvironmentSpec, GatewaySettings
-from relax_gym_core.gateway.errors import (
-    handle_http_exception,
-    handle_relax_gym_error,
-    handle_unexpected,
-    json_response,
-)
 from relax_gym_core.gateway.openapi import build_openapi
 from relax_gym_core.protocol import PROTOCOL_VERSION, ServiceHealth, parse_create_request, unstructure
 from relax_gym_core.protocol.jsonutil import canonical
 from relax_gym_core.runtimes import EchoRuntime, Runtime
 from relax_gym_core.trials import MemoryStore, TrialBook, TrialService, TrialStore
+from relax_gym_core.web import (
+    handle_http_exception,
+    handle_relax_gym_error,
+    handle_unexpected,
+    json_response,
+)
 
 type RuntimeFactory = Callable[[EnvironmentSpec], Runtime]
 
@@ -39,6 +40,18 @@ def config_fingerprint(specs: tuple[EnvironmentSpec, ...]) -> str:
 def _builtin_runtimes() -> dict[str, RuntimeFactory]:
     echo = EchoRuntime()
     return {"echo": lambda _spec: echo}
+
+
+class _NoUpstream:
+    """Placeholder until the lifespan opens the real pool."""
+
+    async def post(
+        self, url: str, *, headers: Mapping[str, str], body: bytes, timeout_s: float
+    ) -> UpstreamReply:
+        raise RuntimeError("the gateway has not started")
+
+    async def close(self) -> None:
+        return None
 
 
 class Gateway:
@@ -116,6 +129,7 @@ def create_app(
     runtime_factories: Mapping[str, RuntimeFactory] | None = None,
     clock: Callable[[], float] = time.monotonic,
     store: TrialStore | None = None,
+    new_rollout_id: Callable[[], str] | None = None,
 ) -> Starlette:
     """Build the gateway. Raises ConfigError before anything starts if a spec names an unknown runtime."""
     factories = {**_builtin_runtimes(), **(runtime_factories or {})}
@@ -133,22 +147,40 @@ def create_app(
         store=store if store is not None else MemoryStore(tombstone_capacity=settings.tombstone_capacity),
         environments={spec.key: spec.admission for spec in settings.environments},
         retention_s=settings.retention_s,
+        new_rollout_id=new_rollout_id,
     )
+    policy = settings.callback_policy
+    public_url = settings.public_url
     service = TrialService(
         book,
         runtimes,
         cleanup_grace_s=settings.cleanup_grace_s,
         scan_interval_s=settings.scan_interval_s,
+        validate_endpoint=(lambda endpoint: policy.check(endpoint.base_url)) if policy else (lambda _e: None),
+        model_base_url=(lambda rollout_id: f"{public_url}/ng-rollout/{rollout_id}")
+        if public_url
+        else (lambda _r: None),
     )
     gateway = Gateway(settings, service)
+    bridge = (
+        Bridge(service, policy, Forwarder(_NoUpstream()), keepalive_s=settings.keepalive_s)
+        if policy
+        else None
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        if bridge is not None:
+            # The upstream pool is bound to the running loop, so it is made here, not in the factory.
+            client = UPSTREAM_CLIENTS[settings.upstream_client](proxy=policy.proxy if policy else None)
+            bridge.forwarder = Forwarder(client, callback_timeout_s=settings.callback_timeout_s)
         await service.start()
         try:
             yield
         finally:
             await service.close()
+            if bridge is not None:
+                await bridge.forwarder.client.close()
 
     app = Starlette(
         routes=[
@@ -159,6 +191,7 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
+            *(bridge.routes() if bridge is not None else []),
         ],
         exception_handlers={
             RelaxGymError: handle_relax_gym_error,

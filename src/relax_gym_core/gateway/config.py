@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from attrs import field, frozen
+from attrs import frozen
 
+from relax_gym_core.bridge.allowlist import CallbackPolicy
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.protocol import InterruptPolicy
 from relax_gym_core.trials import Admission
@@ -246,14 +247,30 @@ class GatewaySettings:
     tombstone_capacity: int = 100_000
     callback_timeout_s: float = 600.0
     gym_commit: str = "unknown"
-    extra: Mapping[str, Any] = field(factory=dict)
+    # The bridge runs only with an allowlist; without one the gateway makes no outgoing model calls.
+    callback_policy: CallbackPolicy | None = None
+    upstream_client: str = "aiohttp"
+    keepalive_s: float = 15.0
+    # This gateway's own base URL, for runs that call their model through the bridge.
+    public_url: str | None = None
 
     @classmethod
     def from_env(
-        cls, environments: tuple[EnvironmentSpec, ...], environ: Mapping[str, str] = os.environ
+        cls,
+        environments: tuple[EnvironmentSpec, ...],
+        environ: Mapping[str, str] = os.environ,
+        *,
+        callback_policy: CallbackPolicy | None = None,
+        public_url: str | None = None,
     ) -> GatewaySettings:
+        client = environ.get("RELAX_GYM_UPSTREAM_CLIENT", "aiohttp")
+        if client not in ("aiohttp", "httpx"):
+            raise ConfigError(f"RELAX_GYM_UPSTREAM_CLIENT must be aiohttp or httpx (got {client!r})")
         return cls(
             environments=environments,
+            callback_policy=callback_policy,
+            upstream_client=client,
+            public_url=public_url,
             cleanup_grace_s=_env_float(environ, "NEMO_GYM_CLEANUP_GRACE_S", 30.0),
             scan_interval_s=_env_float(environ, "NEMO_GYM_LEASE_SCAN_INTERVAL_S", 0.25),
             retention_s=_env_float(environ, "RELAX_GYM_TRIAL_RETENTION_S", 3600.0),

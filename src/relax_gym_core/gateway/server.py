@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -12,10 +13,24 @@ from starlette.applications import Starlette
 LISTENING_LINE = "relax-gym gateway listening on {url}"
 
 
+def run(app: Starlette, sock: socket.socket, *, log_level: str = "warning") -> None:
+    """Serve on uvloop when installed (the gateway extra has it): about half the CPU per request."""
+    try:
+        import uvloop  # noqa: PLC0415
+
+        loop_factory: Any = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is part of the gateway extra
+        loop_factory = None
+    asyncio.run(serve(app, sock, log_level=log_level), loop_factory=loop_factory)
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted connections only when the socket
+    # says it is TCP; without it every small response waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     sock.listen(2048)
     sock.set_inheritable(True)

@@ -24,13 +24,22 @@ def _finite_float(text: str) -> float:
     return value
 
 
+MAX_DEPTH = 100  # deeper JSON is refused: nothing real nests this far, and recursion must never 500
+
+
 def loads(data: bytes | str) -> Any:
     """Parse JSON; NaN, Infinity and overflowing numbers raise ProtocolError, bad syntax InvalidJSONError."""
     try:
         return json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
     except ProtocolError:
         raise
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+    except RecursionError:
+        raise ProtocolError(f"request body must not nest deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidJSONError("request body must be valid JSON") from exc
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        raise ProtocolError(f"request body contains an unacceptable number ({exc})") from None
+    except UnicodeDecodeError as exc:
         raise InvalidJSONError("request body must be valid JSON") from exc
 
 
@@ -46,22 +55,28 @@ def canonical(value: Any) -> bytes:
     ).encode()
 
 
-def is_finite_json(value: Any) -> bool:
-    """True if value is made of JSON types with finite numbers only (iterative: deep data cannot recurse)."""
-    stack = [value]
+def is_finite_json(value: Any, max_depth: int = MAX_DEPTH) -> bool:
+    """True if value is JSON types only, finite numbers only, nested at most max_depth levels.
+
+    Iterative, so checking deep data cannot itself recurse.
+    """
+    stack = [(value, 0)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         if item is None or isinstance(item, (bool, int, str)):
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
                 return False
-        elif isinstance(item, dict):
+            continue
+        if depth >= max_depth:
+            return False
+        if isinstance(item, dict):
             if not all(isinstance(key, str) for key in item):
                 return False
-            stack.extend(item.values())
+            stack.extend((child, depth + 1) for child in item.values())
         elif isinstance(item, list):
-            stack.extend(item)
+            stack.extend((child, depth + 1) for child in item)
         else:
             return False
     return True

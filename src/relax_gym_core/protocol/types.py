@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import attrs
 from attrs import field, frozen
 
-from relax_gym_core.protocol.jsonutil import is_finite_json
+from relax_gym_core.protocol.jsonutil import MAX_DEPTH, is_finite_json
 
 PROTOCOL_VERSION: Final = "relax-nemo-gym/v1"
 REQUEST_ID_MAX_LEN: Final = 256
@@ -78,12 +78,14 @@ def _single_line_str(name: str) -> Any:
     return check
 
 
-def _json_object(name: str) -> Any:
+def json_object(name: str) -> Any:
     def check(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
         if not isinstance(value, dict):
             raise FieldError(f"{name} must be a JSON object")
         if not is_finite_json(value):
-            raise FieldError(f"{name} must contain only finite JSON values")
+            raise FieldError(
+                f"{name} must contain only finite JSON values, nested at most {MAX_DEPTH} levels"
+            )
 
     return check
 
@@ -156,7 +158,7 @@ class EnvironmentRef:
 
     name: str = field(validator=_non_empty_str("environment.name"))
     config: str = field(validator=_non_empty_str("environment.config"))
-    task: dict[str, Any] = field(validator=_json_object("environment.task"))
+    task: dict[str, Any] = field(validator=json_object("environment.task"))
 
 
 @frozen(kw_only=True)
@@ -178,7 +180,7 @@ class ModelEndpoint:
     def _check_base_url(self, _attr: attrs.Attribute[str], value: str) -> None:
         try:
             parts = urlsplit(value)
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
         except ValueError:
             ok = False
         if not ok:
@@ -202,11 +204,9 @@ class Generation:
     """Per-trial generation overrides: merged into the /run params and into every bridged model call."""
 
     responses_create_params: dict[str, Any] = field(
-        factory=dict, validator=_json_object("generation.responses_create_params")
+        factory=dict, validator=json_object("generation.responses_create_params")
     )
-    sampling_params: dict[str, Any] = field(
-        factory=dict, validator=_json_object("generation.sampling_params")
-    )
+    sampling_params: dict[str, Any] = field(factory=dict, validator=json_object("generation.sampling_params"))
 
 
 @frozen(kw_only=True)
@@ -222,13 +222,13 @@ class CreateTrialRequest:
     generation: Generation = field(factory=Generation)
     deadline_s: float = field(default=1800.0, converter=_to_float, validator=_positive_finite("deadline_s"))
     lease_s: float = field(default=60.0, converter=_to_float, validator=_positive_finite("lease_s"))
-    metadata: dict[str, Any] = field(factory=dict, validator=_json_object("metadata"))
+    metadata: dict[str, Any] = field(factory=dict, validator=json_object("metadata"))
 
 
 # ---- responses --------------------------------------------------------------------------------------
 
 
-def _check_reward(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+def check_reward(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         return
     if isinstance(value, bool):
@@ -241,8 +241,8 @@ def _check_reward(_inst: object, _attr: attrs.Attribute[Any], value: object) -> 
         raise FieldError("reward must be null, a finite number or a JSON object")
 
 
-def _check_optional_object(name: str) -> Any:
-    inner = _json_object(name)
+def optional_json_object(name: str) -> Any:
+    inner = json_object(name)
 
     def check(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
         if value is not None:
@@ -251,7 +251,7 @@ def _check_optional_object(name: str) -> Any:
     return check
 
 
-def _check_artifact_ref(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+def check_artifact_ref(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
     if value is not None and (not isinstance(value, str) or not value):
         raise FieldError("artifact_ref must be null or a non-empty string")
 
@@ -263,10 +263,10 @@ class TrialSnapshot:
     protocol_version: str = field(validator=_check_protocol)
     request_id: str = field(validator=_check_request_id)
     status: TrialStatus
-    reward: float | dict[str, Any] | None = field(default=None, validator=_check_reward)
-    metrics: dict[str, Any] = field(factory=dict, validator=_json_object("metrics"))
-    artifact_ref: str | None = field(default=None, validator=_check_artifact_ref)
-    error: dict[str, Any] | None = field(default=None, validator=_check_optional_object("error"))
+    reward: float | dict[str, Any] | None = field(default=None, validator=check_reward)
+    metrics: dict[str, Any] = field(factory=dict, validator=json_object("metrics"))
+    artifact_ref: str | None = field(default=None, validator=check_artifact_ref)
+    error: dict[str, Any] | None = field(default=None, validator=optional_json_object("error"))
     # v1 extension; absent when talking to a reference gateway.
     cleanup: CleanupState | None = None
 

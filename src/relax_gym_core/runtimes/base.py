@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from attrs import field, frozen
 
 from relax_gym_core.protocol import CreateTrialRequest, TrialStatus
+from relax_gym_core.protocol.types import check_artifact_ref, check_reward, json_object, optional_json_object
 
 
 @frozen(kw_only=True)
@@ -31,10 +32,12 @@ class RunResult:
     """The outcome of a run that finished on its own."""
 
     status: TrialStatus = TrialStatus.COMPLETED
-    reward: float | dict[str, Any] | None = None
-    metrics: dict[str, Any] = field(factory=dict)
-    artifact_ref: str | None = None
-    error: dict[str, Any] | None = None
+    # Validated like the snapshot fields they become: a bad result fails the run (agent_error) instead
+    # of making every later poll of the trial fail.
+    reward: float | dict[str, Any] | None = field(default=None, validator=check_reward)
+    metrics: dict[str, Any] = field(factory=dict, validator=json_object("metrics"))
+    artifact_ref: str | None = field(default=None, validator=check_artifact_ref)
+    error: dict[str, Any] | None = field(default=None, validator=optional_json_object("error"))
 
     def __attrs_post_init__(self) -> None:
         if self.status not in (TrialStatus.COMPLETED, TrialStatus.TRUNCATED):

@@ -1,7 +1,9 @@
 """The built-in in-process `echo` environment: tests, benchmarks and the demo use it.
 
-task.metadata.echo: {"sleep_s": 0, "reward": 1.0, "fail": false}. Its cleanup is always confirmed:
-nothing outside this process is ever allocated.
+task.metadata.echo: {"sleep_s": 0, "reward": 1.0, "fail": false, "model": {...}}. With "model":
+{"api": "chat" | "responses" | "messages", "calls": N, "stream": false} each run also makes N model calls
+through the gateway's bridge (so bridge overhead can be measured end to end). Its cleanup is always
+confirmed: nothing outside this process is ever allocated.
 """
 
 from __future__ import annotations
@@ -10,11 +12,15 @@ import asyncio
 import math
 from typing import Any
 
+import httpx
+
 from relax_gym_core.runtimes.base import CLEANUP_CONFIRMED, CleanupResult, RunContext, RunHandle, RunResult
+
+_RESOURCES = {"chat": "chat/completions", "responses": "responses", "messages": "messages"}
 
 
 class EchoError(RuntimeError):
-    """Raised by an echo run asked to fail (task.metadata.echo.fail)."""
+    """Raised by an echo run asked to fail, or configured wrongly."""
 
 
 def _echo_options(context: RunContext) -> dict[str, Any]:
@@ -23,24 +29,57 @@ def _echo_options(context: RunContext) -> dict[str, Any]:
     return options if isinstance(options, dict) else {}
 
 
-class EchoHandle:
-    __slots__ = ("_fail", "_reward", "_sleep_s")
+def _model_request(api: str, messages: list[Any], stream: bool) -> dict[str, Any]:
+    if api == "responses":
+        return {"model": "echo", "input": messages, "stream": stream}
+    if api == "messages":
+        return {"model": "echo", "max_tokens": 64, "messages": messages, "stream": stream}
+    return {"model": "echo", "messages": messages, "stream": stream}
 
-    def __init__(self, context: RunContext) -> None:
+
+class EchoHandle:
+    __slots__ = ("_calls", "_client", "_fail", "_messages", "_model", "_reward", "_sleep_s", "_url")
+
+    def __init__(self, context: RunContext, client: httpx.AsyncClient | None) -> None:
         options = _echo_options(context)
         sleep_s = options.get("sleep_s", 0)
-        self._sleep_s = (
-            float(sleep_s) if isinstance(sleep_s, (int, float)) and math.isfinite(sleep_s) else 0.0
-        )
+        finite = isinstance(sleep_s, (int, float)) and math.isfinite(sleep_s)
+        self._sleep_s = float(sleep_s) if finite else 0.0
         self._reward = options.get("reward", 1.0)
         self._fail = options.get("fail") is True
+        model = options.get("model")
+        self._model: dict[str, Any] | None = model if isinstance(model, dict) else None
+        self._calls = 0
+        self._client = client
+        self._url = context.model_base_url
+        messages = context.request.environment.task.get("messages")
+        self._messages = messages if isinstance(messages, list) else []
+
+    async def _call_model(self) -> None:
+        assert self._model is not None
+        api = self._model.get("api", "chat")
+        if api not in _RESOURCES:
+            raise EchoError(f"task.metadata.echo.model.api must be one of {', '.join(_RESOURCES)}")
+        if self._url is None or self._client is None:
+            raise EchoError("echo model calls need the gateway's public URL (relax-gym serve sets it)")
+        body = _model_request(api, self._messages, self._model.get("stream") is True)
+        for _ in range(int(self._model.get("calls", 1))):
+            response = await self._client.post(f"{self._url}/v1/{_RESOURCES[api]}", json=body)
+            if response.status_code >= 400:
+                raise EchoError(f"echo model call failed with HTTP {response.status_code}")
+            self._calls += 1
 
     async def wait(self) -> RunResult:
+        if self._model is not None:
+            await self._call_model()
         if self._sleep_s > 0:
             await asyncio.sleep(self._sleep_s)
         if self._fail:
             raise EchoError("echo environment asked to fail (task.metadata.echo.fail)")
-        return RunResult(reward=self._reward, metrics={"echo": True})
+        metrics: dict[str, Any] = {"echo": True}
+        if self._model is not None:
+            metrics["model_calls"] = self._calls
+        return RunResult(reward=self._reward, metrics=metrics)
 
     async def abort(self) -> CleanupResult:
         return CLEANUP_CONFIRMED
@@ -55,11 +94,21 @@ class EchoHandle:
 class EchoRuntime:
     """Runtime for every environment spec with "runtime": "echo"."""
 
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
+
     async def start(self, context: RunContext) -> RunHandle:
-        return EchoHandle(context)
+        client = None
+        if context.model_base_url is not None and isinstance(_echo_options(context).get("model"), dict):
+            if self._client is None:  # made lazily: only runs that call a model need it
+                # No client timeout: the trial's deadline bounds the run.
+                self._client = httpx.AsyncClient(trust_env=False, timeout=None)  # noqa: S113
+            client = self._client
+        return EchoHandle(context, client)
 
     async def ready(self) -> bool:
         return True
 
     async def close(self) -> None:
-        return None
+        if self._client is not None:
+            await self._client.aclose()

@@ -19,6 +19,7 @@ from attrs import frozen
 from relax_gym_core.gateway.server import LISTENING_LINE
 
 _PREFIX = LISTENING_LINE.split("{url}")[0]
+LOOPBACK_NETWORKS = "127.0.0.1/32,::1/128"  # tests only ever call back to this machine
 
 
 @frozen
@@ -54,7 +55,7 @@ def start_gateway(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, "NEMO_GYM_CALLBACK_ALLOWED_NETWORKS": LOOPBACK_NETWORKS, **(env or {})},
         )
         output: list[str] = []
         ready = threading.Event()

@@ -61,12 +61,17 @@ class Cancel(Enum):
 @define(slots=True)
 class _EnvState:
     admission: Admission
-    queue: deque[str] = field(
-        factory=deque
-    )  # request ids waiting for a slot, FIFO; cancelled ones skipped lazily
+    # (request_id, rollout_id) waiting for a slot, FIFO. Cancelled entries are skipped lazily; the rollout
+    # id tells a stale entry from a new trial that reuses an evicted request_id.
+    queue: deque[tuple[str, str]] = field(factory=deque)
     queued: int = 0  # active trials in the queue
     running: int = 0  # active trials holding a slot
     slots_held: int = 0  # running + finished/cancelling trials whose cleanup is not settled
+
+
+def _random_rollout_id() -> str:
+    # 128 random bits: possession of a live id lets a caller spend the session's token through the bridge.
+    return f"{secrets.token_hex(16)}-0"
 
 
 def _fingerprint_body(request: CreateTrialRequest) -> dict[str, Any]:
@@ -85,7 +90,7 @@ class TrialBook:
         environments: Mapping[EnvKey, Admission],
         retention_s: float = 3600.0,
         fingerprint_key: bytes | None = None,
-        new_rollout_id: Callable[[], str] = lambda: f"{secrets.token_hex(16)}-0",
+        new_rollout_id: Callable[[], str] | None = None,
         retry_after_s: float = 1.0,
     ) -> None:
         self._clock = clock
@@ -93,7 +98,7 @@ class TrialBook:
         self._envs = {key: _EnvState(admission) for key, admission in environments.items()}
         self._retention_s = retention_s
         self._fingerprint = Fingerprinter(fingerprint_key or secrets.token_bytes(32))
-        self._new_rollout_id = new_rollout_id
+        self._new_rollout_id = new_rollout_id or _random_rollout_id
         self._retry_after_s = retry_after_s
         self._capabilities: dict[str, str] = {}  # rollout_id -> request_id, active trials only
         self._timers: list[tuple[float, int, str]] = []  # (due_at, seq, request_id): deadlines and leases
@@ -170,6 +175,8 @@ class TrialBook:
         if existing is not None:
             if not Fingerprinter.same(existing.fingerprint, fingerprint):
                 raise TrialConflictError("request_id already exists with a different payload")
+            if existing.phase is Phase.ACTIVE:
+                existing.request = request  # a refreshed token is used from now on
             return existing, False
         if self._store.is_tombstoned(request.request_id):
             raise TrialConflictError("request_id belongs to a trial that has expired; use a new request_id")
@@ -192,7 +199,7 @@ class TrialBook:
         )
         self._store.add(trial)
         self._capabilities[trial.rollout_id] = trial.request_id
-        state.queue.append(trial.request_id)
+        state.queue.append((trial.request_id, trial.rollout_id))
         state.queued += 1
         self._arm(trial.deadline_at, trial.request_id)
         self._arm(trial.lease_expires_at, trial.request_id)
@@ -200,12 +207,21 @@ class TrialBook:
         self.active += 1
         return trial, True
 
-    def renew(self, request_id: str) -> None:
-        """Extend the lease of an active trial; a no-op on any other trial (reference behaviour)."""
+    def renew(self, request_id: str) -> Cancel | None:
+        """Extend the lease of an active trial; a no-op on any other trial (reference behaviour).
+
+        A lease (or deadline) that already ran out is not revived: the trial is cancelled instead, and
+        the Cancel is returned so the caller can run the cleanup.
+        """
         trial = self.get(request_id)
-        if trial.phase is Phase.ACTIVE and trial.request is not None:
-            trial.lease_expires_at = self._clock() + trial.request.lease_s
-            self._arm(trial.lease_expires_at, request_id)
+        if trial.phase is not Phase.ACTIVE or trial.request is None:
+            return None
+        overdue = self.cancel_if_overdue(trial)
+        if overdue is not None:
+            return overdue
+        trial.lease_expires_at = self._clock() + trial.request.lease_s
+        self._arm(trial.lease_expires_at, request_id)
+        return None
 
     # ---- starting -----------------------------------------------------------------------------------
 
@@ -215,8 +231,9 @@ class TrialBook:
         for key in self._envs if keys is None else keys:
             state = self._envs[key]
             while state.queue and state.slots_held < state.admission.max_concurrency:
-                trial = self._store.get(state.queue.popleft())
-                if trial is None or trial.phase is not Phase.ACTIVE:
+                request_id, rollout_id = state.queue.popleft()
+                trial = self._store.get(request_id)
+                if trial is None or trial.rollout_id != rollout_id or trial.status is not TrialStatus.QUEUED:
                     continue
                 trial.status = TrialStatus.RUNNING
                 trial.holds_slot = True
@@ -322,6 +339,8 @@ class TrialBook:
             _, _, request_id = heapq.heappop(self._timers)
             try:
                 trial = self._store.get(request_id)
+                if self._timer_failures:
+                    self._timer_failures.pop(request_id, None)  # the record reads fine again
                 if trial is None or trial.phase is not Phase.ACTIVE:
                     continue  # stale timer
                 cause = self.overdue_cause(trial, now)
@@ -330,11 +349,9 @@ class TrialBook:
             except Exception as exc:  # noqa: BLE001 - reported to the janitor, which logs and recovers
                 errors.append((request_id, exc))
                 attempts = self._timer_failures.get(request_id, 0) + 1
-                self._timer_failures[request_id] = attempts
-                if attempts < _TIMER_RETRIES:
+                self._timer_failures[request_id] = attempts  # counted per id, across its timers
+                if attempts < _TIMER_RETRIES and request_id not in retry:
                     retry.append(request_id)
-                else:
-                    del self._timer_failures[request_id]
         for request_id in retry:
             self._arm(now + 1.0, request_id)
         return fired, errors

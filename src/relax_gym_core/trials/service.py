@@ -104,7 +104,9 @@ class TrialService:
         return self.book.snapshot(self.book.get(request_id))
 
     def renew(self, request_id: str) -> None:
-        self.book.renew(request_id)
+        outcome = self.book.renew(request_id)
+        if outcome is not None:
+            self._after_cancel(self.book.get(request_id), outcome)
 
     def abort(self, request_id: str) -> TrialSnapshot:
         trial = self.book.get(request_id)

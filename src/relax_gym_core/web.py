@@ -1,4 +1,4 @@
-"""The one table from relax-gym errors to HTTP answers ({"detail": ...}, reference shape)."""
+"""HTTP answers shared by the gateway and the bridge: the one error -> status table, JSON responses."""
 
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ def error_response(exc: BaseException) -> Response:
     headers: dict[str, str] = {}
     if isinstance(exc, errors.QueueFullError):
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+    elif isinstance(exc, errors.ServiceClosingError):
+        headers["Retry-After"] = "5"  # a replacement gateway is usually up by then
     return json_response({"detail": str(exc)}, status_for(exc), headers)
 
 

@@ -1,0 +1,26 @@
+"""The callback bridge: every model call of a trial reaches exactly that trial's Relax session."""
+
+from relax_gym_core.bridge.allowlist import CallbackPolicy, upstream_url
+from relax_gym_core.bridge.payloads import CAPABILITY_TAG
+from relax_gym_core.bridge.routes import Bridge
+from relax_gym_core.bridge.upstream import (
+    UPSTREAM_CLIENTS,
+    AiohttpUpstream,
+    Forwarder,
+    HttpxUpstream,
+    UpstreamClient,
+    UpstreamReply,
+)
+
+__all__ = [
+    "CAPABILITY_TAG",
+    "UPSTREAM_CLIENTS",
+    "AiohttpUpstream",
+    "Bridge",
+    "CallbackPolicy",
+    "Forwarder",
+    "HttpxUpstream",
+    "UpstreamClient",
+    "UpstreamReply",
+    "upstream_url",
+]

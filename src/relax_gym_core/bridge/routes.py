@@ -1,0 +1,222 @@
+"""The model-call bridge: /ng-rollout/{rollout_id}/v1/{chat/completions,responses,messages} and the
+un-prefixed /v1/... forms (capability in metadata.relax_gym_rollout), forwarded to the trial's session.
+
+Non-streaming calls answer with the upstream status and JSON. Streaming calls are buffered SSE (Relax
+answers a whole stream at once): Messages start with a ping and ping every 15 s, errors in-band; Chat and
+Responses pass the upstream status through when it answers within 15 s, and otherwise commit to 200
+and send SSE comments as keep-alives until the answer (errors then in-band).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from attrs import frozen
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from relax_gym_core.bridge.allowlist import CallbackPolicy, upstream_url
+from relax_gym_core.bridge.payloads import capability_from_body, repair_responses, upstream_body
+from relax_gym_core.bridge.upstream import Forwarder, UpstreamReply
+from relax_gym_core.errors import (
+    CapabilityUnavailableError,
+    ProtocolError,
+    RelaxGymError,
+    TrialNotFoundError,
+    UpstreamError,
+)
+from relax_gym_core.protocol import jsonutil
+from relax_gym_core.trials import TrialService
+from relax_gym_core.web import error_response, json_response
+
+logger = logging.getLogger("relax_gym.bridge")
+
+RESOURCES = ("chat/completions", "responses", "messages")
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+PING = b'event: ping\ndata: {"type":"ping"}\n\n'
+KEEPALIVE = b": keep-alive\n\n"
+_NO_CAPABILITY = (
+    "model call carries no trial capability (use /ng-rollout/<id>/v1/... or metadata.relax_gym_rollout)"
+)
+
+
+@frozen
+class _Answer:
+    """What one bridged call produced: an upstream reply, or an error to report."""
+
+    reply: UpstreamReply | None = None
+    error: RelaxGymError | None = None
+
+
+def _sse_error(resource: str, message: str, payload: Any = None) -> bytes:
+    if resource == "messages":
+        event = payload if isinstance(payload, dict) and payload.get("type") == "error" else None
+        body = event or {"type": "error", "error": {"type": "api_error", "message": message}}
+        return b"event: error\ndata: " + jsonutil.dumps(body) + b"\n\n"
+    error = payload.get("error") if isinstance(payload, dict) else None
+    body = {"error": error if isinstance(error, dict) else {"message": message, "type": "api_error"}}
+    return b"data: " + jsonutil.dumps(body) + b"\n\n"
+
+
+class Bridge:
+    def __init__(
+        self,
+        service: TrialService,
+        policy: CallbackPolicy,
+        forwarder: Forwarder,
+        *,
+        keepalive_s: float = 15.0,
+    ) -> None:
+        self._service = service
+        self._policy = policy
+        self.forwarder = forwarder
+        self._keepalive_s = keepalive_s
+
+    def routes(self) -> list[Route]:
+        routes = [Route("/ng-rollout/{rollout_id}/api/hello", self.hello, methods=["GET", "HEAD"])]
+        for resource in RESOURCES:
+            routes.append(
+                Route(f"/ng-rollout/{{rollout_id}}/v1/{resource}", self._endpoint(resource), methods=["POST"])
+            )
+            routes.append(Route(f"/v1/{resource}", self._endpoint(resource), methods=["POST"]))
+        return routes
+
+    async def hello(self, _request: Request) -> Response:
+        # Claude Code probes its base URL before the first call.
+        return Response(status_code=200)
+
+    def _endpoint(self, resource: str) -> Any:
+        async def endpoint(request: Request) -> Response:
+            return await self.handle(request, resource)
+
+        return endpoint
+
+    async def handle(self, request: Request, resource: str) -> Response:
+        body = jsonutil.loads(await request.body())
+        if not isinstance(body, dict):
+            raise ProtocolError("Callback body must be a JSON object")
+        rollout_id = request.path_params.get("rollout_id") or capability_from_body(body)
+        if rollout_id is None:
+            raise TrialNotFoundError(_NO_CAPABILITY)
+        if not body.get("stream"):
+            answer = await self._call(rollout_id, resource, body)
+            return self._plain(resource, body, answer)
+        if resource == "messages":
+            return self._sse(self._messages_stream(rollout_id, body))
+        return await self._openai_stream(rollout_id, resource, body)
+
+    # ---- one call -----------------------------------------------------------------------------------
+
+    async def _call(self, rollout_id: str, resource: str, body: dict[str, Any]) -> _Answer:
+        try:
+            async with self._service.callback(rollout_id) as (target, scope):
+                endpoint = target.endpoint
+                url = upstream_url(self._policy.canonical_base(endpoint.base_url), resource)
+                payload = upstream_body(
+                    body, model=endpoint.model, sampling_params=target.generation.sampling_params
+                )
+                headers = {
+                    **endpoint.headers,
+                    endpoint.api_key_header: f"{endpoint.api_key_prefix}{endpoint.api_key}",
+                    "Content-Type": "application/json",
+                }
+                label = f"request_id={target.request_id} resource={resource}"
+                reply: UpstreamReply | None = None
+                with scope:  # cancelled when the trial is aborted or expires
+                    reply = await self.forwarder.forward(
+                        url,
+                        headers=headers,
+                        body=jsonutil.dumps(payload),
+                        remaining_s=target.remaining_s,
+                        label=label,
+                    )
+                if reply is None:
+                    return _Answer(error=CapabilityUnavailableError("callback capability is unavailable"))
+                return _Answer(reply=reply)
+        except (CapabilityUnavailableError, UpstreamError) as exc:
+            return _Answer(error=exc)
+
+    def _decode(self, resource: str, request_body: dict[str, Any], reply: UpstreamReply) -> Any:
+        """The upstream JSON object (repaired for Responses), or UpstreamError."""
+        try:
+            payload = json.loads(reply.body)
+        except ValueError:
+            raise UpstreamError("Upstream model callback returned a non-JSON response") from None
+        if not isinstance(payload, dict):
+            raise UpstreamError("Upstream model callback response must be a JSON object")
+        if resource == "responses" and reply.status < 400:
+            payload = repair_responses(payload, request_body)
+        return payload
+
+    def _plain(self, resource: str, request_body: dict[str, Any], answer: _Answer) -> Response:
+        if answer.reply is None:
+            assert answer.error is not None
+            return error_response(answer.error)
+        reply = answer.reply
+        if request_body.get("stream") and reply.content_type.startswith("text/event-stream"):
+            return Response(reply.body, reply.status, SSE_HEADERS, media_type="text/event-stream")
+        try:
+            payload = self._decode(resource, request_body, reply)
+        except UpstreamError as exc:
+            return error_response(exc)
+        if resource == "responses" and reply.status < 400:
+            return json_response(payload, reply.status)
+        return Response(reply.body, reply.status, media_type="application/json")
+
+    # ---- streaming ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _sse(chunks: AsyncIterator[bytes]) -> StreamingResponse:
+        return StreamingResponse(chunks, 200, SSE_HEADERS, media_type="text/event-stream")
+
+    def _stream_result(self, resource: str, body: dict[str, Any], answer: _Answer) -> bytes:
+        """The SSE bytes that end a committed stream: the upstream events, or one in-band error."""
+        if answer.reply is None:
+            return _sse_error(resource, str(answer.error))
+        reply = answer.reply
+        if reply.content_type.startswith("text/event-stream") and reply.status < 400:
+            return reply.body
+        try:
+            payload = self._decode(resource, body, reply)
+        except UpstreamError as exc:
+            return _sse_error(resource, str(exc))
+        if reply.status >= 400:
+            return _sse_error(resource, "Upstream model callback failed", payload)
+        return _sse_error(resource, "Upstream model callback returned a non-SSE response")
+
+    async def _messages_stream(self, rollout_id: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        yield PING
+        task = asyncio.ensure_future(self._call(rollout_id, "messages", body))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self._keepalive_s)
+                if done:
+                    break
+                yield PING
+            yield self._stream_result("messages", body, task.result())
+        finally:
+            task.cancel()  # the agent went away: stop the upstream call too
+
+    async def _openai_stream(self, rollout_id: str, resource: str, body: dict[str, Any]) -> Response:
+        task = asyncio.ensure_future(self._call(rollout_id, resource, body))
+        done, _ = await asyncio.wait({task}, timeout=self._keepalive_s)
+        if done:
+            return self._plain(resource, body, task.result())
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                while True:
+                    yield KEEPALIVE
+                    finished, _ = await asyncio.wait({task}, timeout=self._keepalive_s)
+                    if finished:
+                        break
+                yield self._stream_result(resource, body, task.result())
+            finally:
+                task.cancel()
+
+        return self._sse(chunks())

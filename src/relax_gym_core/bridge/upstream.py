@@ -1,0 +1,183 @@
+"""Calls to the trainer's per-session model API: one shared pool, one budget, safe retries only.
+
+Retries happen only for 500/502/503/504 whose body is not the "rendering" error (Relax may already have
+recorded that turn; replaying it would fork the session's history), with back-off 1, 2, 4, 8, 8... s
+inside one budget = min(trial remaining, callback timeout). Transport errors are never retried: the
+request may have been delivered. Every attempt sends the same bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
+import aiohttp
+import httpx
+from attrs import frozen
+
+from relax_gym_core.errors import UpstreamError
+
+logger = logging.getLogger("relax_gym.bridge")
+
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+RENDERING_ERROR = "Internal error while rendering agentic response."
+BACKOFF_S = (1.0, 2.0, 4.0, 8.0)
+CONNECT_TIMEOUT_S = 30.0
+
+
+@frozen
+class UpstreamReply:
+    status: int
+    content_type: str
+    body: bytes
+
+
+class UpstreamTransportError(Exception):
+    """The request may or may not have reached the upstream (never retried)."""
+
+
+class UpstreamTimeoutError(Exception):
+    """The attempt ran out of budget."""
+
+
+class UpstreamClient(Protocol):
+    async def post(
+        self, url: str, *, headers: Mapping[str, str], body: bytes, timeout_s: float
+    ) -> UpstreamReply: ...
+
+    async def close(self) -> None: ...
+
+
+class AiohttpUpstream:
+    """aiohttp pool: chosen by measurement (bench/bridge.py) for CPU per call that stays flat under load."""
+
+    def __init__(self, *, proxy: str | None = None, limit: int = 4096) -> None:
+        self._proxy = proxy
+        # trust_env=False: environment proxies are ignored unless configured explicitly (proxy=...).
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=60),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+            auto_decompress=True,
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def post(
+        self, url: str, *, headers: Mapping[str, str], body: bytes, timeout_s: float
+    ) -> UpstreamReply:
+        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, CONNECT_TIMEOUT_S))
+        try:
+            async with self._session.post(
+                url,
+                data=body,
+                headers=dict(headers),
+                timeout=timeout,
+                proxy=self._proxy,
+                allow_redirects=False,
+            ) as response:
+                payload = await response.read()
+                return UpstreamReply(response.status, response.headers.get("Content-Type", ""), payload)
+        except TimeoutError as exc:
+            raise UpstreamTimeoutError from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamTransportError(type(exc).__name__) from exc
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
+class HttpxUpstream:
+    """httpx pool, kept for side-by-side measurement and for hosts where aiohttp is unwanted."""
+
+    def __init__(self, *, proxy: str | None = None, limit: int = 4096) -> None:
+        self._client = httpx.AsyncClient(
+            trust_env=False,
+            proxy=proxy,
+            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+            follow_redirects=False,
+        )
+
+    async def post(
+        self, url: str, *, headers: Mapping[str, str], body: bytes, timeout_s: float
+    ) -> UpstreamReply:
+        timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S))
+        try:
+            response = await self._client.post(url, content=body, headers=headers, timeout=timeout)
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeoutError from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamTransportError(type(exc).__name__) from exc
+        return UpstreamReply(response.status_code, response.headers.get("content-type", ""), response.content)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+UPSTREAM_CLIENTS: dict[str, Callable[..., UpstreamClient]] = {
+    "aiohttp": AiohttpUpstream,
+    "httpx": HttpxUpstream,
+}
+
+
+def is_rendering_error(body: bytes) -> bool:
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return False
+    error = payload.get("error") if isinstance(payload, dict) else None
+    return isinstance(error, dict) and error.get("message") == RENDERING_ERROR
+
+
+class Forwarder:
+    """Sends one model call upstream under the budget and retry rules above."""
+
+    def __init__(
+        self,
+        client: UpstreamClient,
+        *,
+        callback_timeout_s: float = 600.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self._timeout_s = callback_timeout_s
+        self._sleep = sleep
+        self._clock = clock
+
+    async def forward(
+        self, url: str, *, headers: Mapping[str, str], body: bytes, remaining_s: float, label: str
+    ) -> UpstreamReply:
+        deadline = self._clock() + max(0.0, min(remaining_s, self._timeout_s))
+        attempt = 0
+        while True:
+            left = deadline - self._clock()
+            if left <= 0:
+                raise UpstreamError("Upstream model callback deadline exceeded")
+            try:
+                reply = await self.client.post(url, headers=headers, body=body, timeout_s=left)
+            except UpstreamTimeoutError:
+                logger.warning("model callback deadline exceeded %s attempt=%d", label, attempt + 1)
+                raise UpstreamError("Upstream model callback deadline exceeded") from None
+            except UpstreamTransportError as exc:
+                logger.warning("model callback transport failed %s error=%s (not retried)", label, exc)
+                raise UpstreamError("Upstream model callback transport failed") from None
+            if reply.status not in RETRY_STATUSES or is_rendering_error(reply.body):
+                if attempt:
+                    logger.info("model callback finished after retries %s attempts=%d", label, attempt + 1)
+                return reply
+            wait = min(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)], deadline - self._clock())
+            logger.warning(
+                "retrying model callback %s attempt=%d status=%d wait_s=%.1f",
+                label,
+                attempt + 1,
+                reply.status,
+                wait,
+            )
+            if wait <= 0:
+                raise UpstreamError("Upstream model callback deadline exceeded")
+            await self._sleep(wait)
+            attempt += 1

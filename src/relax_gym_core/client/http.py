@@ -1,0 +1,273 @@
+"""GatewayClient: the trial API over httpx, with the reference retry policy made patient where it matters.
+
+Reference §5.4: transport errors, 408, 429 and 5xx are retried with `retry_backoff_s * 2**n` back-off;
+any other status fails at once. Differences:
+- 429/503 honour `Retry-After` (seconds or an HTTP date).
+- create keeps retrying 429 ("environment queue is full" is back-pressure, not failure) until the
+  startup timeout, which bounds the whole create instead of each attempt.
+- get/renew accept `retry_until`: transient failures are retried until that monotonic instant (the
+  trial loop passes the end of the lease), so a gateway blip does not kill a healthy trial.
+- abort is one short attempt: it runs while Relax is waiting to SIGKILL us.
+Error texts carry the operation, the status and attempt count, never a response body or a token.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Self
+from urllib.parse import quote
+
+import anyio
+import httpx
+from attrs import frozen
+
+from relax_gym_core.client.exceptions import TrialGoneError
+from relax_gym_core.client.settings import ClientOptions
+from relax_gym_core.errors import GatewayRequestError, ProtocolError
+from relax_gym_core.protocol import (
+    CreateTrialRequest,
+    ServiceHealth,
+    TrialSnapshot,
+    jsonutil,
+    parse_snapshot,
+    request_to_wire,
+    structure,
+)
+
+logger = logging.getLogger("relax_gym.client")
+
+MAX_BACKOFF_S: Final = 2.0  # keeps the last try of a budget close to its end
+MAX_RETRY_AFTER_S: Final = 60.0  # a gateway cannot park us longer than this per answer
+PATIENT_MIN_DELAY_S: Final = 0.1  # unbounded retry loops never spin, even with retry_backoff_s = 0
+MIN_ATTEMPT_TIMEOUT_S: Final = 0.5
+_USER_AGENT: Final = "relax-gym-client"
+
+type Sleep = Callable[[float], Awaitable[None]]
+type Clock = Callable[[], float]
+
+
+def _is_transient(status: int) -> bool:
+    return status in (408, 429) or status >= 500
+
+
+def _timeout(seconds: float) -> httpx.Timeout:
+    return httpx.Timeout(seconds, connect=min(10.0, seconds))
+
+
+def retry_after_s(response: httpx.Response, *, now: Callable[[], float] = time.time) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP date), clamped; None if absent or bad."""
+    raw = response.headers.get("retry-after")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        try:
+            seconds = email.utils.parsedate_to_datetime(raw).timestamp() - now()
+        except (TypeError, ValueError, IndexError):
+            return None
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+@frozen(kw_only=True)
+class _Policy:
+    """When to stop retrying one call."""
+
+    max_attempts: int | None  # None: only `until` bounds the retries
+    until: float | None = None  # monotonic instant after which no attempt starts
+    patient: frozenset[int] = frozenset()  # statuses retried until `until` whatever max_attempts says
+
+
+class GatewayClient:
+    """Async client of one gateway. Use as `async with GatewayClient(url) as gateway: ...`."""
+
+    def __init__(
+        self,
+        gateway_url: str,
+        *,
+        options: ClientOptions | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Sleep = anyio.sleep,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.gateway_url = gateway_url.rstrip("/")
+        self.options = options or ClientOptions()
+        self._sleep = sleep
+        self.clock = clock
+        # trust_env=False: proxies from the trainer's environment must not sit between us and the gateway.
+        self._http = httpx.AsyncClient(
+            base_url=self.gateway_url,
+            trust_env=False,
+            transport=transport,
+            timeout=_timeout(self.options.request_timeout_s),
+            headers={"user-agent": _USER_AGENT},
+            follow_redirects=False,
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):  # a cancelled session must still release its connections
+            await self._http.aclose()
+
+    # ---- trial API ----------------------------------------------------------------------------------
+
+    async def create(self, request: CreateTrialRequest) -> TrialSnapshot:
+        """POST /v1/trials (idempotent: retries resend the same request_id and body)."""
+        opts = self.options
+        response = await self._call(
+            "create",
+            "POST",
+            "/v1/trials",
+            content=jsonutil.dumps(request_to_wire(request)),
+            attempt_timeout_s=opts.startup_timeout_s,
+            policy=_Policy(
+                max_attempts=opts.max_retries + 1,
+                until=self.clock() + opts.startup_timeout_s,
+                patient=frozenset({429}),
+            ),
+        )
+        return parse_snapshot(self._json(response, "create"), request_id=request.request_id)
+
+    async def get(self, request_id: str, *, retry_until: float | None = None) -> TrialSnapshot:
+        response = await self._call(
+            "get", "GET", _trial_path(request_id), policy=self._policy(retry_until), trial_op=True
+        )
+        return parse_snapshot(self._json(response, "get"), request_id=request_id)
+
+    async def renew(self, request_id: str, *, retry_until: float | None = None) -> None:
+        await self._call(
+            "renew",
+            "POST",
+            _trial_path(request_id) + "/renew",
+            policy=self._policy(retry_until),
+            trial_op=True,
+        )
+
+    async def abort(self, request_id: str) -> TrialSnapshot:
+        """One attempt, abort_timeout_s: retrying would only eat into Relax's termination grace."""
+        response = await self._call(
+            "abort",
+            "POST",
+            _trial_path(request_id) + "/abort",
+            attempt_timeout_s=self.options.abort_timeout_s,
+            policy=_Policy(max_attempts=1),
+            trial_op=True,
+        )
+        return parse_snapshot(self._json(response, "abort"), request_id=request_id)
+
+    async def health(self) -> ServiceHealth:
+        """GET /healthz, one attempt (callers use it as a probe)."""
+        response = await self._call("health", "GET", "/healthz", policy=_Policy(max_attempts=1))
+        data = self._json(response, "health")
+        return structure(data, ServiceHealth, name="health")
+
+    # ---- transport ----------------------------------------------------------------------------------
+
+    def _policy(self, retry_until: float | None) -> _Policy:
+        if retry_until is None:
+            return _Policy(max_attempts=self.options.max_retries + 1)
+        return _Policy(max_attempts=None, until=retry_until)
+
+    def _backoff(self, attempt: int) -> float:
+        return min(self.options.retry_backoff_s * (1 << min(attempt - 1, 30)), MAX_BACKOFF_S)
+
+    async def _call(
+        self,
+        op: str,
+        method: str,
+        path: str,
+        *,
+        policy: _Policy,
+        content: bytes | None = None,
+        attempt_timeout_s: float | None = None,
+        trial_op: bool = False,
+    ) -> httpx.Response:
+        per_attempt = self.options.request_timeout_s if attempt_timeout_s is None else attempt_timeout_s
+        headers = {"content-type": "application/json"} if content is not None else None
+        attempt = 0
+        while True:
+            attempt += 1
+            limit = per_attempt
+            if policy.until is not None:
+                limit = max(min(per_attempt, policy.until - self.clock()), MIN_ATTEMPT_TIMEOUT_S)
+            status: int | None = None
+            try:
+                response = await self._http.request(
+                    method, path, content=content, headers=headers, timeout=_timeout(limit)
+                )
+            except httpx.TransportError as exc:
+                cause = type(exc).__name__
+                delay = self._backoff(attempt)
+            except httpx.HTTPError as exc:
+                raise GatewayRequestError(f"Gateway {op} request failed ({type(exc).__name__})") from None
+            else:
+                status = response.status_code
+                if response.is_success:
+                    return response
+                if not _is_transient(status):
+                    raise _status_error(op, response, trial_op=trial_op)
+                cause = f"HTTP {status}"
+                hinted = retry_after_s(response) if status in (429, 503) else None
+                delay = self._backoff(attempt) if hinted is None else hinted
+            patient = policy.max_attempts is None or status in policy.patient
+            if patient:
+                delay = max(delay, PATIENT_MIN_DELAY_S)
+            if not self._may_retry(policy, attempt, patient, delay):
+                raise _exhausted(op, attempt, status, cause)
+            logger.info("Gateway %s request failed (%s); retry %d in %.2f s", op, cause, attempt, delay)
+            if delay > 0:
+                await self._sleep(delay)
+
+    def _may_retry(self, policy: _Policy, attempt: int, patient: bool, delay: float) -> bool:
+        if policy.until is not None and self.clock() + delay >= policy.until:
+            return False
+        return patient or policy.max_attempts is None or attempt < policy.max_attempts
+
+    @staticmethod
+    def _json(response: httpx.Response, op: str) -> Any:
+        try:
+            return jsonutil.loads(response.content)
+        except ProtocolError:
+            raise ProtocolError(f"Gateway returned a non-JSON response to the {op} request") from None
+
+
+def _trial_path(request_id: str) -> str:
+    return "/v1/trials/" + quote(request_id, safe="")
+
+
+def _exhausted(op: str, attempts: int, status: int | None, cause: str) -> GatewayRequestError:
+    after = f" after {attempts} attempts" if attempts > 1 else ""
+    if status is None:
+        return GatewayRequestError(f"Gateway {op} request failed{after} ({cause})")
+    return GatewayRequestError(f"Gateway {op} request failed with HTTP {status}{after}", status_code=status)
+
+
+def _status_error(op: str, response: httpx.Response, *, trial_op: bool) -> GatewayRequestError:
+    status = response.status_code
+    if status == 404 and trial_op:
+        # Only our own fixed wording goes into the message; the detail just selects it.
+        expired = _detail(response).startswith("trial expired")
+        reason = "trial expired on the gateway" if expired else "trial not found"
+        return TrialGoneError(f"Gateway {op} request failed with HTTP 404 ({reason})", expired=expired)
+    return GatewayRequestError(f"Gateway {op} request failed with HTTP {status}", status_code=status)
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = jsonutil.loads(response.content)
+    except ProtocolError:
+        return ""
+    detail = body.get("detail") if isinstance(body, dict) else None
+    return detail if isinstance(detail, str) else ""

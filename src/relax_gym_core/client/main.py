@@ -1,0 +1,113 @@
+"""`relax-gym-client`: the managed command Relax runs once per agentic session.
+
+Reads RELAX_INPUT_JSON, runs the trial on the gateway at NEMO_GYM_URL, writes RELAX_OUTPUT_JSON.
+Exit 0 only with an exported reward. Any failure prints one line `relax-gym-client: <message>` on
+stderr, writes no output and exits 1 (Relax then drops the sampling group). SIGTERM/SIGINT abort the
+remote trial and exit 128 + signal number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+
+import anyio
+
+from relax_gym_core.client.exceptions import ClientConfigError, TrialCancelledError
+from relax_gym_core.client.output import build_output, write_output
+from relax_gym_core.client.settings import ClientSettings
+from relax_gym_core.client.trial import run_trial
+from relax_gym_core.client.trial_request import build_create_request, read_session_input
+from relax_gym_core.errors import RelaxGymError
+from relax_gym_core.protocol import CreateTrialRequest, TrialSnapshot
+
+PROG = "relax-gym-client"
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Run one Relax agentic session as a trial on a relax-gym / NeMo Gym gateway."
+    )
+    parser.add_argument("--input-json", metavar="PATH", help="session input (default: $RELAX_INPUT_JSON)")
+    parser.add_argument("--output-json", metavar="PATH", help="session output (default: $RELAX_OUTPUT_JSON)")
+    return parser
+
+
+async def _run_session(request: CreateTrialRequest, settings: ClientSettings) -> TrialSnapshot:
+    """Run the trial with SIGTERM/SIGINT wired to its stop event; a TrialCancelledError names the signal."""
+    stop = anyio.Event()
+    received: list[int] = []
+    snapshot: TrialSnapshot | None = None
+    error: Exception | None = None
+    with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+
+        async def watch() -> None:
+            async for signum in signals:
+                received.append(signum)
+                stop.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            try:
+                snapshot = await run_trial(
+                    request, gateway_url=settings.gateway_url, options=settings.options, stop=stop
+                )
+            except Exception as exc:  # noqa: BLE001 - re-raised below, outside the task group
+                error = exc
+            finally:
+                tg.cancel_scope.cancel()
+    if error is not None:
+        if isinstance(error, TrialCancelledError) and received:
+            error.signum = received[0]
+        raise error
+    assert snapshot is not None
+    return snapshot
+
+
+def _path(explicit: str | None, environ: Mapping[str, str], name: str, flag: str) -> str:
+    value = explicit or environ.get(name)
+    if not value:
+        raise ClientConfigError(f"{name} must be set by Relax (or pass {flag})")
+    return value
+
+
+def run(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    environ = os.environ if environ is None else environ
+    try:
+        input_path = _path(args.input_json, environ, "RELAX_INPUT_JSON", "--input-json")
+        output_path = _path(args.output_json, environ, "RELAX_OUTPUT_JSON", "--output-json")
+        settings = ClientSettings.from_env(environ)
+        request = build_create_request(read_session_input(input_path), settings)
+        snapshot = anyio.run(_run_session, request, settings)
+        write_output(output_path, build_output(snapshot))
+    except TrialCancelledError as exc:
+        _fail(str(exc))
+        return 128 + exc.signum if exc.signum else 1
+    except KeyboardInterrupt:  # SIGINT before the handlers were installed
+        _fail("Managed session cancelled (interrupted before the trial started)")
+        return 128 + signal.SIGINT
+    except (RelaxGymError, ValueError, OSError) as exc:
+        _fail(str(exc))
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a bug still ends as one line and exit 1, never a traceback
+        _fail(f"internal error ({type(exc).__name__}: {exc})")
+        return 1
+    return 0
+
+
+def _fail(message: str) -> None:
+    # One line: Relax shows only a tail of command.log.
+    print(f"{PROG}: {' '.join(message.split())}", file=sys.stderr, flush=True)  # noqa: T201
+
+
+def main() -> int:
+    return run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
