@@ -16,12 +16,12 @@ import itertools
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -95,7 +95,7 @@ def cpu_seconds(pid: int) -> float:
 def process(
     role: str, env: dict[str, str], ready_line: str | None = None
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    proc = subprocess.Popen(  # noqa: S603 - our own interpreter and script
+    proc = subprocess.Popen(
         [sys.executable, __file__, "--role", role],
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
@@ -197,11 +197,36 @@ async def create_trials(gateway: str, upstream: str) -> None:
                     raise RuntimeError(f"create failed: {response.status} {await response.text()}")
 
 
-def measure(client: str, levels: list[int], seconds: float) -> list[dict[str, float]]:
+@dataclass(frozen=True)
+class Level:
+    client: str
+    concurrency: int
+    direct_rps: float
+    bridge_rps: float
+    added_p50_ms: float
+    added_p99_ms: float
+    gateway_cpu_ms_per_call: float
+    errors: int
+
+    def line(self) -> str:
+        return (
+            f"{self.client:8} {self.concurrency:>5} {self.direct_rps:>9.0f} {self.bridge_rps:>9.0f} "
+            f"{self.added_p50_ms:>8.2f} {self.added_p99_ms:>8.2f} {self.gateway_cpu_ms_per_call:>15.3f} "
+            f"{self.errors:>6}"
+        )
+
+
+HEADER = (
+    f"{'client':8} {'conc':>5} {'direct/s':>9} {'bridge/s':>9} {'+p50 ms':>8} {'+p99 ms':>8} "
+    f"{'gw CPU ms/call':>15} {'errors':>6}"
+)
+
+
+def measure(client: str, levels: list[int], seconds: float) -> list[Level]:
     port = free_port()
     upstream = f"http://127.0.0.1:{port}"
     rows = []
-    with process("upstream", {"BENCH_PORT": str(port)}) as (up, _):
+    with process("upstream", {"BENCH_PORT": str(port)}):
         asyncio.run(wait_http(f"{upstream}/agentic_api/v1/chat/completions"))
         with process("gateway", {"BENCH_CLIENT": client}, "listening on") as (gw, line):
             gateway = line.rsplit(" ", 1)[1]
@@ -215,16 +240,16 @@ def measure(client: str, levels: list[int], seconds: float) -> list[dict[str, fl
                 n_bridge, lat_bridge, err_bridge = asyncio.run(load(bridged, level, seconds))
                 cpu = cpu_seconds(gw.pid) - cpu_before
                 rows.append(
-                    {
-                        "client": client,
-                        "concurrency": level,
-                        "direct_rps": n_direct / seconds,
-                        "bridge_rps": n_bridge / seconds,
-                        "added_p50_ms": (pct(lat_bridge, 0.5) - pct(lat_direct, 0.5)) * 1000,
-                        "added_p99_ms": (pct(lat_bridge, 0.99) - pct(lat_direct, 0.99)) * 1000,
-                        "gateway_cpu_ms_per_call": cpu / max(n_bridge, 1) * 1000,
-                        "errors": err_direct + err_bridge,
-                    }
+                    Level(
+                        client=client,
+                        concurrency=level,
+                        direct_rps=n_direct / seconds,
+                        bridge_rps=n_bridge / seconds,
+                        added_p50_ms=(pct(lat_bridge, 0.5) - pct(lat_direct, 0.5)) * 1000,
+                        added_p99_ms=(pct(lat_bridge, 0.99) - pct(lat_direct, 0.99)) * 1000,
+                        gateway_cpu_ms_per_call=cpu / max(n_bridge, 1) * 1000,
+                        errors=err_direct + err_bridge,
+                    )
                 )
     return rows
 
@@ -243,21 +268,17 @@ def main() -> None:
         run_gateway()
         return
     levels = [int(x) for x in args.levels.split(",")]
-    rows = [row for client in args.clients.split(",") for row in measure(client, levels, args.seconds)]
-    header = f"{'client':8} {'conc':>5} {'direct/s':>9} {'bridge/s':>9} {'+p50 ms':>8} {'+p99 ms':>8} {'gw CPU ms/call':>15} {'errors':>6}"
-    print(header)
+    clients = args.clients.split(",")
+    rows = [row for client in clients for row in measure(client, levels, args.seconds)]
+    print(HEADER)
     for row in rows:
-        print(
-            f"{row['client']:8} {row['concurrency']:>5} {row['direct_rps']:>9.0f} {row['bridge_rps']:>9.0f} "
-            f"{row['added_p50_ms']:>8.2f} {row['added_p99_ms']:>8.2f} {row['gateway_cpu_ms_per_call']:>15.3f} "
-            f"{row['errors']:>6}"
-        )
-    for client in args.clients.split(","):
-        mine = [r for r in rows if r["client"] == client]
+        print(row.line())
+    for client in clients:
+        mine = [r for r in rows if r.client == client]
         if len(mine) > 1:
-            flat = mine[-1]["gateway_cpu_ms_per_call"] / mine[0]["gateway_cpu_ms_per_call"]
+            flat = mine[-1].gateway_cpu_ms_per_call / mine[0].gateway_cpu_ms_per_call
             print(
-                f"{client}: CPU per call at {mine[-1]['concurrency']:.0f} / at {mine[0]['concurrency']:.0f} = {flat:.2f}x"
+                f"{client}: CPU per call at {mine[-1].concurrency} / at {mine[0].concurrency} = {flat:.2f}x"
             )
     print("targets: CPU/call flat (<= 1.5x), +p50 <= 1 ms at 1, >= 3,000 calls/s at 256, no errors at 1,024")
 

@@ -41,7 +41,11 @@ def create_body(
             "config": config,
             "task": {"messages": [{"role": "user", "content": "hi"}], "metadata": {"echo": echo or {}}},
         },
-        "model_endpoint": {"base_url": "http://127.0.0.1:9/v1", "api_key": "sk-secret-token", "model": "policy"},
+        "model_endpoint": {
+            "base_url": "http://127.0.0.1:9/v1",
+            "api_key": "sk-secret-token",
+            "model": "policy",
+        },
         "interrupt_policy": "protected",
         "deadline_s": 600,
         "lease_s": 60,

@@ -31,37 +31,101 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="relax-gym", description="Trials between Relax and NeMo Gym environments."
+def _plugins(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
+    from relax_gym_core.plugins import make_plugin_manager  # noqa: PLC0415
+    from relax_gym_core.plugins.cli import describe_plugins, format_plugins  # noqa: PLC0415
+
+    document = describe_plugins(make_plugin_manager())
+    print(json.dumps(document, indent=2) if args.json else format_plugins(document))  # noqa: T201
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from pathlib import Path  # noqa: PLC0415
+
+    from relax_gym_core.plugins import make_plugin_manager  # noqa: PLC0415
+    from relax_gym_core.plugins.cli import convert_file  # noqa: PLC0415
+
+    output = Path(args.output)
+    count = convert_file(make_plugin_manager(), args.environment, Path(args.input), output, limit=args.limit)
+    print(f"Converted {count} row(s) to {output}")  # noqa: T201
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    from relax_gym_core.gym.up import up  # noqa: PLC0415
+
+    up(
+        args.environments,
+        host=args.host,
+        port=args.port,
+        callback_hosts=args.callback_host,
+        callback_networks=args.callback_network,
+        max_concurrency=args.max_concurrency,
+        log_level=args.log_level,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the gateway (trial API and model-call bridge)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument(
+    return 0
+
+
+def _add_gateway_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument(
         "--port", type=int, default=28100, help="port to bind; 0 picks a free one (default 28100)"
     )
-    serve.add_argument(
-        "--environments",
-        metavar="FILE",
-        help="environment specs as JSON (default: $NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON)",
-    )
-    serve.add_argument(
+    parser.add_argument(
         "--callback-network",
         action="append",
         default=[],
         metavar="CIDR",
         help="callback network (repeatable; adds to $NEMO_GYM_CALLBACK_ALLOWED_NETWORKS)",
     )
-    serve.add_argument(
+    parser.add_argument(
         "--callback-host",
         action="append",
         default=[],
         metavar="HOST",
         help="exact callback host name (repeatable; adds to $NEMO_GYM_CALLBACK_ALLOWED_HOSTS)",
     )
-    serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="relax-gym", description="Trials between Relax and NeMo Gym environments."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway (trial API and model-call bridge)")
+    _add_gateway_options(serve)
+    serve.add_argument(
+        "--environments",
+        metavar="FILE",
+        help="environment specs as JSON (default: $NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON)",
+    )
     serve.set_defaults(run=_serve)
+    up = commands.add_parser(
+        "up", help="start the NeMo Gym servers of installed environments and a gateway in front of them"
+    )
+    up.add_argument(
+        "environments", nargs="+", metavar="ENV", help="environment names (see `relax-gym plugins`)"
+    )
+    _add_gateway_options(up)
+    up.add_argument("--max-concurrency", type=int, help="override every environment's max_concurrency")
+    up.set_defaults(run=_up)
+    plugins = commands.add_parser("plugins", help="list installed plugins and the environments they register")
+    plugins.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    plugins.set_defaults(run=_plugins)
+    convert = commands.add_parser(
+        "convert", help="convert a raw NeMo Gym JSONL dataset into a Relax one (input + metadata)"
+    )
+    convert.add_argument("environment", metavar="ENV", help="registered environment whose plugin converts")
+    convert.add_argument("--input", required=True, metavar="RAW.jsonl", help="raw NeMo Gym rows")
+    convert.add_argument(
+        "--output", required=True, metavar="RELAX.jsonl", help="written atomically; never the input"
+    )
+    convert.add_argument("--limit", type=int, metavar="N", help="stop after N converted rows (N >= 1)")
+    convert.set_defaults(run=_convert)
     return parser
 
 

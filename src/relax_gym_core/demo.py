@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from relax_gym_core.testing import start_gateway
+from relax_gym_core.testing.processes import start_gateway
 
 ENVIRONMENTS = {
     "echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 4, "queue_capacity": 16}

@@ -49,6 +49,9 @@ def error_response(exc: BaseException) -> Response:
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
     elif isinstance(exc, errors.ServiceClosingError):
         headers["Retry-After"] = "5"  # a replacement gateway is usually up by then
+    elif isinstance(exc, (errors.UpstreamError, errors.CapabilityUnavailableError)):
+        # The model call may already have been delivered (or the trial is over): an SDK must not replay it.
+        headers["x-should-retry"] = "false"
     return json_response({"detail": str(exc)}, status_for(exc), headers)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from relax_gym_core.gateway.server import bind
 from relax_gym_core.testing import start_gateway
 
 
@@ -88,3 +90,13 @@ def test_real_server_on_port_zero_and_ipv6() -> None:
     with start_gateway(echo, host="::1") as gateway:
         assert gateway.url.startswith("http://[::1]:")
         assert httpx.get(f"{gateway.url}/healthz").status_code == 200
+
+
+def test_served_socket_is_tcp_with_nodelay() -> None:
+    # Without IPPROTO_TCP asyncio leaves Nagle on for accepted connections: +40 ms per answer.
+    sock = bind("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        sock.close()

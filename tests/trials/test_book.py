@@ -617,3 +617,33 @@ def test_recreated_request_id_is_started_once() -> None:
     run_to_completion(book, "b")
     assert started_ids(book) == []
     assert book.env_counts(ENV) == (0, 1, 1)
+
+
+def test_retained_terminal_trials_are_capped_oldest_first() -> None:
+    clock = FakeClock()
+    book = TrialBook(
+        clock=clock,
+        store=MemoryStore(),
+        environments={ENV: Admission(max_concurrency=1, queue_capacity=10)},
+        retention_s=3600.0,
+        max_retained=3,
+    )
+    for index in range(5):
+        book.create(make_request(f"r{index}"))
+        book.begin_cancel(f"r{index}", Cause.ABORTED)  # queued -> terminal and settled at once
+    assert book.evict_expired() == 2  # well inside the retention period, but over the cap
+    with pytest.raises(TrialExpiredError):
+        book.get("r1")
+    assert book.get("r2").status is TrialStatus.ABORTED
+    assert book.terminal_count() == 3
+
+
+def test_running_trial_drops_its_task_but_keeps_what_callbacks_need() -> None:
+    book, _ = make_book()
+    book.create(make_request("r", task={"messages": ["x" * 10_000]}))
+    (trial,) = book.start_ready()
+    book.drop_task("r")
+    assert trial.request is not None
+    assert trial.request.environment.task == {}
+    assert trial.request.model_endpoint.api_key == "sk-test"
+    book.renew("r")  # still has its lease length

@@ -6,6 +6,7 @@ validated parts, so an HTTP client that parses a URL differently cannot be steer
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import re
@@ -106,7 +107,13 @@ class CallbackPolicy:
         )
 
     def canonical_base(self, base_url: str) -> str:
-        """Validate a callback base URL; return it rebuilt from its checked parts (no trailing '/')."""
+        """Validate a callback base URL; return it rebuilt from its checked parts (no trailing '/').
+
+        Cached: every model call of a trial asks again with the same URL.
+        """
+        return _canonical_base(self, base_url)
+
+    def _check_and_rebuild(self, base_url: str) -> str:
         problem = "model_endpoint.base_url"
         if _FORBIDDEN_CHARS.search(base_url):
             raise CallbackURLRejectedError(f"{problem} host is not in the callback allowlist")
@@ -136,6 +143,11 @@ class CallbackPolicy:
 
     def check(self, base_url: str) -> None:
         self.canonical_base(base_url)
+
+
+@functools.lru_cache(maxsize=16384)
+def _canonical_base(policy: CallbackPolicy, base_url: str) -> str:
+    return policy._check_and_rebuild(base_url)
 
 
 def upstream_url(canonical_base: str, resource: str) -> str:

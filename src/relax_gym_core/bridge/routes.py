@@ -158,15 +158,18 @@ class Bridge:
             assert answer.error is not None
             return error_response(answer.error)
         reply = answer.reply
+        headers = dict(reply.headers)
         if request_body.get("stream") and reply.content_type.startswith("text/event-stream"):
-            return Response(reply.body, reply.status, SSE_HEADERS, media_type="text/event-stream")
+            return Response(
+                reply.body, reply.status, {**SSE_HEADERS, **headers}, media_type="text/event-stream"
+            )
         try:
             payload = self._decode(resource, request_body, reply)
         except UpstreamError as exc:
             return error_response(exc)
         if resource == "responses" and reply.status < 400:
-            return json_response(payload, reply.status)
-        return Response(reply.body, reply.status, media_type="application/json")
+            return json_response(payload, reply.status, headers)
+        return Response(reply.body, reply.status, headers, media_type="application/json")
 
     # ---- streaming ----------------------------------------------------------------------------------
 

@@ -29,11 +29,21 @@ BACKOFF_S = (1.0, 2.0, 4.0, 8.0)
 CONNECT_TIMEOUT_S = 30.0
 
 
+# Upstream headers the agent must see: Relax says "do not retry" on turns it may already have recorded,
+# and an SDK that does not see it would replay the turn (and fork the session's history).
+PASSED_HEADERS = ("x-should-retry", "retry-after")
+
+
 @frozen
 class UpstreamReply:
     status: int
     content_type: str
     body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def _passed(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple((name, headers[name]) for name in PASSED_HEADERS if name in headers)
 
 
 class UpstreamTransportError(Exception):
@@ -80,7 +90,12 @@ class AiohttpUpstream:
                 allow_redirects=False,
             ) as response:
                 payload = await response.read()
-                return UpstreamReply(response.status, response.headers.get("Content-Type", ""), payload)
+                return UpstreamReply(
+                    response.status,
+                    response.headers.get("Content-Type", ""),
+                    payload,
+                    _passed(response.headers),
+                )
         except TimeoutError as exc:
             raise UpstreamTimeoutError from exc
         except aiohttp.ClientError as exc:
@@ -111,7 +126,12 @@ class HttpxUpstream:
             raise UpstreamTimeoutError from exc
         except httpx.HTTPError as exc:
             raise UpstreamTransportError(type(exc).__name__) from exc
-        return UpstreamReply(response.status_code, response.headers.get("content-type", ""), response.content)
+        return UpstreamReply(
+            response.status_code,
+            response.headers.get("content-type", ""),
+            response.content,
+            _passed(response.headers),
+        )
 
     async def close(self) -> None:
         await self._client.aclose()

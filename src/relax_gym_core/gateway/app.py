@@ -18,6 +18,8 @@ from relax_gym_core.bridge import UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamR
 from relax_gym_core.errors import ConfigError, RelaxGymError
 from relax_gym_core.gateway.config import EnvironmentSpec, GatewaySettings
 from relax_gym_core.gateway.openapi import build_openapi
+from relax_gym_core.gym.runtime import CleanupURLs, NemoGymRuntime
+from relax_gym_core.plugins import Hooks, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, ServiceHealth, parse_create_request, unstructure
 from relax_gym_core.protocol.jsonutil import canonical
 from relax_gym_core.runtimes import EchoRuntime, Runtime
@@ -37,9 +39,26 @@ def config_fingerprint(specs: tuple[EnvironmentSpec, ...]) -> str:
     return hashlib.sha256(canonical(ordered)).hexdigest()
 
 
-def _builtin_runtimes() -> dict[str, RuntimeFactory]:
+def _builtin_runtimes(hooks: Hooks) -> dict[str, RuntimeFactory]:
     echo = EchoRuntime()
-    return {"echo": lambda _spec: echo}
+
+    def nemo_gym(spec: EnvironmentSpec) -> Runtime:
+        assert spec.agent_url is not None
+        cleanup = CleanupURLs(
+            stateless=spec.stateless,
+            abort_url=spec.abort_url,
+            force_url=spec.force_cleanup_url,
+            probe_url=spec.cleanup_probe_url,
+        )
+        return NemoGymRuntime(
+            environment=spec.environment,
+            agent_url=spec.agent_url,
+            hooks=hooks,
+            cleanup=cleanup,
+            readiness_urls=spec.readiness_urls,
+        )
+
+    return {"echo": lambda _spec: echo, "nemo_gym": nemo_gym}
 
 
 class _NoUpstream:
@@ -130,9 +149,14 @@ def create_app(
     clock: Callable[[], float] = time.monotonic,
     store: TrialStore | None = None,
     new_rollout_id: Callable[[], str] | None = None,
+    hooks: Hooks | None = None,
 ) -> Starlette:
-    """Build the gateway. Raises ConfigError before anything starts if a spec names an unknown runtime."""
-    factories = {**_builtin_runtimes(), **(runtime_factories or {})}
+    """Build the gateway. Raises ConfigError before anything starts if a spec names an unknown runtime.
+
+    `hooks` (installed plugins) shape NeMo Gym /run bodies and results; without it the reference rules apply.
+    """
+    hooks = hooks if hooks is not None else make_plugin_manager(load_entry_points=False)
+    factories = {**_builtin_runtimes(hooks), **(runtime_factories or {})}
     runtimes: dict[tuple[str, str], Runtime] = {}
     for spec in settings.environments:
         factory = factories.get(spec.runtime)
@@ -147,6 +171,7 @@ def create_app(
         store=store if store is not None else MemoryStore(tombstone_capacity=settings.tombstone_capacity),
         environments={spec.key: spec.admission for spec in settings.environments},
         retention_s=settings.retention_s,
+        max_retained=settings.max_retained,
         new_rollout_id=new_rollout_id,
     )
     policy = settings.callback_policy

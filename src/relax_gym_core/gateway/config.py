@@ -35,6 +35,7 @@ _SPEC_KEYS = frozenset(
         "force_cleanup_url",
         "cleanup_probe_url",
         "readiness_urls",
+        "stateless",
     }
 )
 
@@ -56,6 +57,8 @@ class EnvironmentSpec:
     force_cleanup_url: str | None = None
     cleanup_probe_url: str | None = None
     readiness_urls: tuple[str, ...] = ()
+    # Extension: the environment keeps no per-run state, so a closed /run call is a confirmed cleanup.
+    stateless: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -84,6 +87,7 @@ class EnvironmentSpec:
             "force_cleanup_url": self.force_cleanup_url,
             "cleanup_probe_url": self.cleanup_probe_url,
             "readiness_urls": list(self.readiness_urls),
+            "stateless": self.stateless or None,
         }
         return {"config": self.config, **{k: v for k, v in data.items() if v is not None}}
 
@@ -120,6 +124,12 @@ class _SpecReader:
             value = int(value)  # the reference accepts numeric strings here
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.fail(key, f"must be an integer >= {minimum} (got {value!r})")
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self.raw.get(key, False)
+        if not isinstance(value, bool):
+            raise self.fail(key, f"must be true or false (got {value!r})")
         return value
 
     def positive(self, key: str, default: float) -> float:
@@ -188,6 +198,7 @@ def parse_spec(source: str, config: str, raw: object) -> EnvironmentSpec:
         force_cleanup_url=read.url("force_cleanup_url"),
         cleanup_probe_url=read.url("cleanup_probe_url"),
         readiness_urls=readiness_urls,
+        stateless=read.flag("stateless"),
     )
 
 
@@ -243,7 +254,8 @@ class GatewaySettings:
     environments: tuple[EnvironmentSpec, ...]
     cleanup_grace_s: float = 30.0
     scan_interval_s: float = 0.25
-    retention_s: float = 3600.0
+    retention_s: float = 600.0
+    max_retained: int = 100_000
     tombstone_capacity: int = 100_000
     callback_timeout_s: float = 600.0
     gym_commit: str = "unknown"
@@ -273,7 +285,7 @@ class GatewaySettings:
             public_url=public_url,
             cleanup_grace_s=_env_float(environ, "NEMO_GYM_CLEANUP_GRACE_S", 30.0),
             scan_interval_s=_env_float(environ, "NEMO_GYM_LEASE_SCAN_INTERVAL_S", 0.25),
-            retention_s=_env_float(environ, "RELAX_GYM_TRIAL_RETENTION_S", 3600.0),
+            retention_s=_env_float(environ, "RELAX_GYM_TRIAL_RETENTION_S", 600.0),
             callback_timeout_s=_env_float(environ, "NEMO_GYM_CALLBACK_TIMEOUT_S", 600.0),
             gym_commit=environ.get("NEMO_GYM_COMMIT", "unknown") or "unknown",
         )

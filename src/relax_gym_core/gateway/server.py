@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import sys
+import threading
 from typing import Any
 
 import uvicorn
@@ -13,8 +15,18 @@ from starlette.applications import Starlette
 LISTENING_LINE = "relax-gym gateway listening on {url}"
 
 
+def _exit_on_sigterm(_signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signal.SIGTERM)
+
+
 def run(app: Starlette, sock: socket.socket, *, log_level: str = "warning") -> None:
-    """Serve on uvloop when installed (the gateway extra has it): about half the CPU per request."""
+    """Serve on uvloop when installed (the gateway extra has it): about half the CPU per request.
+
+    uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal; with this SIGTERM
+    handler that unwinds as SystemExit, so callers' finally blocks (servers we started) still run.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         import uvloop  # noqa: PLC0415
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,44 +46,63 @@ def start_gateway(
     with tempfile.TemporaryDirectory(prefix="relax-gym-gw-") as tmp:
         spec_file = Path(tmp) / "environments.json"
         spec_file.write_text(json.dumps(environments))
-        command = [
-            sys.executable, "-m", "relax_gym_core.cli", "serve",
-            "--host", host, "--port", "0", "--environments", str(spec_file), *extra_args,
-        ]  # fmt: skip
-        process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "NEMO_GYM_CALLBACK_ALLOWED_NETWORKS": LOOPBACK_NETWORKS, **(env or {})},
-        )
-        output: list[str] = []
-        ready = threading.Event()
-        url: list[str] = []
+        args = ("serve", "--host", host, "--port", "0", "--environments", str(spec_file), *extra_args)
+        with _run_cli(args, env=env, startup_timeout_s=startup_timeout_s) as gateway:
+            yield gateway
 
-        def reader() -> None:
-            assert process.stdout is not None
-            for line in process.stdout:
-                output.append(line.rstrip("\n"))
-                if line.startswith(_PREFIX) and not url:
-                    url.append(line[len(_PREFIX) :].strip())
-                    ready.set()
-            ready.set()
 
-        thread = threading.Thread(target=reader, daemon=True)
-        thread.start()
-        try:
-            if not ready.wait(startup_timeout_s) or not url:
-                raise RuntimeError("gateway did not start:\n" + "\n".join(output))
-            yield GatewayProcess(url[0], process, output)
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-            thread.join(timeout=5)
-            if process.stdout is not None:
-                process.stdout.close()
+@contextlib.contextmanager
+def start_up(
+    environments: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    startup_timeout_s: float = 300.0,
+    extra_args: tuple[str, ...] = (),
+) -> Iterator[GatewayProcess]:
+    """Run `relax-gym up ENV... --port 0` (real NeMo Gym servers + gateway) until the block exits."""
+    args = ("up", *environments, "--port", "0", *extra_args)
+    with _run_cli(args, env=env, startup_timeout_s=startup_timeout_s) as gateway:
+        yield gateway
+
+
+@contextlib.contextmanager
+def _run_cli(
+    args: Sequence[str], *, env: Mapping[str, str] | None, startup_timeout_s: float
+) -> Iterator[GatewayProcess]:
+    process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "relax_gym_core.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "NEMO_GYM_CALLBACK_ALLOWED_NETWORKS": LOOPBACK_NETWORKS, **(env or {})},
+    )
+    output: list[str] = []
+    ready = threading.Event()
+    url: list[str] = []
+
+    def reader() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            output.append(line.rstrip("\n"))
+            if line.startswith(_PREFIX) and not url:
+                url.append(line[len(_PREFIX) :].strip())
+                ready.set()
+        ready.set()
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    try:
+        if not ready.wait(startup_timeout_s) or not url:
+            raise RuntimeError("relax-gym did not start:\n" + "\n".join(output))
+        yield GatewayProcess(url[0], process, output)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        thread.join(timeout=5)
+        if process.stdout is not None:
+            process.stdout.close()

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any
 
+import attrs
 from attrs import define, field
 
 from relax_gym_core.errors import (
@@ -88,7 +89,8 @@ class TrialBook:
         clock: Clock,
         store: TrialStore,
         environments: Mapping[EnvKey, Admission],
-        retention_s: float = 3600.0,
+        retention_s: float = 600.0,
+        max_retained: int = 100_000,
         fingerprint_key: bytes | None = None,
         new_rollout_id: Callable[[], str] | None = None,
         retry_after_s: float = 1.0,
@@ -97,6 +99,7 @@ class TrialBook:
         self._store = store
         self._envs = {key: _EnvState(admission) for key, admission in environments.items()}
         self._retention_s = retention_s
+        self._max_retained = max_retained
         self._fingerprint = Fingerprinter(fingerprint_key or secrets.token_bytes(32))
         self._new_rollout_id = new_rollout_id or _random_rollout_id
         self._retry_after_s = retry_after_s
@@ -225,6 +228,13 @@ class TrialBook:
 
     # ---- starting -----------------------------------------------------------------------------------
 
+    def drop_task(self, request_id: str) -> None:
+        """Forget a running trial's task (its largest part) once the runtime has started with it."""
+        trial = self._store.get(request_id)
+        if trial is not None and trial.request is not None and trial.phase is Phase.ACTIVE:
+            request = trial.request
+            trial.request = attrs.evolve(request, environment=attrs.evolve(request.environment, task={}))
+
     def start_ready(self, keys: Iterable[EnvKey] | None = None) -> list[Trial]:
         """Move queued trials into free slots (FIFO) and return them; the caller starts their runs."""
         started: list[Trial] = []
@@ -258,11 +268,12 @@ class TrialBook:
         self._to_terminal(trial)
         return True
 
-    def begin_cancel(self, request_id: str, cause: Cause) -> Cancel:
+    def begin_cancel(self, request_id: str, cause: Cause, *, detail: str | None = None) -> Cancel:
         trial = self._store.get(request_id)
         if trial is None or trial.phase is not Phase.ACTIVE:
             return Cancel.IGNORED
         trial.cause = cause
+        trial.detail = detail
         self._capabilities.pop(trial.rollout_id, None)
         if trial.status is TrialStatus.QUEUED:
             self._envs[trial.env].queued -= 1  # its queue entry is skipped when reached
@@ -293,6 +304,8 @@ class TrialBook:
             if outcome.confirmed:
                 trial.status = cause.target
                 trial.error = {"code": cause.value}
+                if trial.detail is not None:
+                    trial.error["kind"] = trial.detail
             else:
                 trial.status = TrialStatus.FAILED
                 trial.error = {"code": code, "type": "CleanupError", "cause": cause.value}
@@ -365,10 +378,13 @@ class TrialBook:
         return None
 
     def evict_expired(self) -> int:
-        """Forget settled terminal records older than the retention period; returns how many."""
+        """Forget settled terminal records older than the retention period, or beyond max_retained
+        (oldest first), so memory stays flat however many trials have finished. Returns how many."""
         horizon = self._clock() - self._retention_s
         evicted = 0
-        while self._finished and self._finished[0][0] <= horizon:
+        while self._finished and (
+            self._finished[0][0] <= horizon or len(self._finished) > self._max_retained
+        ):
             _, request_id = self._finished.popleft()
             trial = self._store.get(request_id)
             if (

@@ -63,6 +63,7 @@ class Trial:
     status: TrialStatus = TrialStatus.QUEUED
     phase: Phase = Phase.ACTIVE
     cause: Cause | None = None
+    detail: str | None = None  # e.g. the infrastructure failure kind behind an agent_error
     holds_slot: bool = False
     reward: float | dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None

@@ -1,0 +1,508 @@
+"""Trial lifecycle benchmark: throughput, memory per idle trial, abort latency, janitor cost vs history.
+
+Run: .venv/bin/python bench/lifecycle.py  (or `make bench`). Prints one table, each figure next to its
+target, and exits 0 whatever the figures are: a slow machine shows MISS, it does not fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import sys
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
+
+import attrs
+
+from relax_gym_core.protocol import CreateTrialRequest, TrialStatus, parse_create_request
+from relax_gym_core.runtimes import CLEANUP_CONFIRMED, EchoRuntime, RunResult
+from relax_gym_core.testing import start_gateway
+from relax_gym_core.trials import Admission, MemoryStore, TrialBook, TrialService
+
+KEY = ("echo", "echo")
+LIFECYCLES = 20_000  # in-process throughput run
+IDLE_TRIALS = 10_000  # memory runs
+ABORTED = 2_000  # abort runs
+RETAINED = 100_000  # janitor/GET growth run
+HTTP_LOOPS = 32
+HTTP_SECONDS = 6.0
+TERMINAL = frozenset({"completed", "truncated", "aborted", "failed"})
+
+
+class Row(NamedTuple):
+    figure: str
+    value: str
+    target: str
+    ok: bool | None  # None: information only
+
+
+# ---- shared helpers -------------------------------------------------------------------------------------
+
+
+def body(request_id: str, *, config: str = "echo", sleep_s: float = 0.0) -> dict[str, Any]:
+    """A valid create body for the echo environment (what Relax would send)."""
+    return {
+        "protocol_version": "relax-nemo-gym/v1",
+        "request_id": request_id,
+        "session": {"session_id": "bench-session", "group_id": "g1", "rollout_mode": "train"},
+        "environment": {
+            "name": "echo",
+            "config": config,
+            "task": {
+                "messages": [{"role": "user", "content": "hi"}],
+                "metadata": {"echo": {"sleep_s": sleep_s}},
+            },
+        },
+        "model_endpoint": {"base_url": "http://127.0.0.1:9/v1", "api_key": "sk-bench", "model": "policy"},
+        "interrupt_policy": "protected",
+        "deadline_s": 3600,
+        "lease_s": 3600,
+    }
+
+
+def requests(prefix: str, count: int, *, sleep_s: float = 0.0) -> list[CreateTrialRequest]:
+    """Parsed once, copied with new ids: the in-process figures time the trial manager, not JSON parsing."""
+    template = parse_create_request(body(f"{prefix}-0", sleep_s=sleep_s))
+    return [attrs.evolve(template, request_id=f"{prefix}-{i}") for i in range(count)]
+
+
+def make_service(max_concurrency: int, queue_capacity: int) -> TrialService:
+    book = TrialBook(
+        clock=time.monotonic,
+        store=MemoryStore(),
+        environments={KEY: Admission(max_concurrency=max_concurrency, queue_capacity=queue_capacity)},
+    )
+    return TrialService(book, {KEY: EchoRuntime()})
+
+
+def settled(service: TrialService) -> bool:
+    """Every trial terminal with its cleanup settled (no slot held)."""
+    return service.book.active == 0 and service.book.env_counts(KEY)[2] == 0
+
+
+async def let_runs_start() -> None:
+    """A few loop turns, so every new supervisor starts its run and reaches the run's sleep."""
+    for _ in range(10):
+        await asyncio.sleep(0.01)
+
+
+def finish(book: TrialBook, request: CreateTrialRequest) -> None:
+    """Take one trial through its whole lifecycle synchronously, as an echo run would end."""
+    book.create(request)
+    book.start_ready([KEY])
+    book.complete(request.request_id, RunResult(reward=1.0, metrics={"echo": True}))
+    book.finish_cleanup(request.request_id, CLEANUP_CONFIRMED)
+
+
+async def until(predicate: Callable[[], bool], *, timeout_s: float = 120.0) -> None:
+    stop = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > stop:
+            raise TimeoutError("benchmark condition not reached")
+        await asyncio.sleep(0.001)
+
+
+def confirmed(service: TrialService, batch: Iterable[CreateTrialRequest], status: TrialStatus) -> int:
+    snapshots = (service.get(request.request_id) for request in batch)
+    return sum(1 for snap in snapshots if snap.status is status and snap.cleanup == "confirmed")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---- 1. in-process lifecycles ---------------------------------------------------------------------------
+
+
+async def inprocess_lifecycles(count: int, limit: int = 512) -> list[Row]:
+    service = make_service(max_concurrency=limit // 2, queue_capacity=limit // 2)
+    await service.start()
+    batch = requests("inproc", count)
+    wall, cpu = time.perf_counter(), time.process_time()
+    created = 0
+    while created < count:
+        queued, running, _ = service.book.env_counts(KEY)
+        room = min(limit - queued - running, count - created)
+        for request in batch[created : created + room]:
+            service.create(request)
+        created += room
+        await asyncio.sleep(0)
+    await until(lambda: settled(service))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    done = confirmed(service, batch, TrialStatus.COMPLETED)
+    await service.close()
+    return [
+        Row(
+            f"in-process lifecycles/s ({done:,} confirmed)",
+            f"{count / wall:,.0f}",
+            ">= 1,000",
+            count / wall >= 1000,
+        ),
+        Row(
+            "in-process CPU per lifecycle", f"{cpu / count * 1e6:,.0f} us", "<= 1,000 us", cpu / count <= 1e-3
+        ),
+    ]
+
+
+# ---- 4a. abort in-process -------------------------------------------------------------------------------
+
+
+async def inprocess_abort(count: int) -> list[Row]:
+    service = make_service(max_concurrency=count, queue_capacity=0)
+    await service.start()
+    batch = requests("hold", count, sleep_s=3600)
+    for request in batch:
+        service.create(request)
+    await let_runs_start()
+    start = time.perf_counter()
+    for request in batch:
+        service.abort(request.request_id)
+    await until(lambda: settled(service))
+    elapsed = time.perf_counter() - start
+    ok = confirmed(service, batch, TrialStatus.ABORTED)
+    await service.close()
+    return [
+        Row(f"in-process abort {count:,} live ({ok:,} confirmed)", f"{elapsed:.3f} s", "<= 3 s", elapsed <= 3)
+    ]
+
+
+# ---- 3. memory per idle trial (a fresh interpreter per kind) ------------------------------------------
+
+
+async def _add_idle(service: TrialService, prefix: str, count: int, expected: tuple[int, int]) -> None:
+    """Create `count` sleeping trials, each keeping its own parsed request as in the gateway."""
+    for i in range(count):
+        service.create(parse_create_request(json.dumps(body(f"{prefix}-{i}", sleep_s=3600))))
+    await let_runs_start()
+    queued, running, _ = service.book.env_counts(KEY)
+    if (queued, running) != expected:
+        raise RuntimeError(f"expected (queued, running) = {expected}, found {(queued, running)}")
+
+
+async def _idle_memory(kind: str, count: int) -> tuple[float, float, float]:
+    """Bytes per trial of `count` running or queued trials (by RSS, then by tracemalloc over a second
+    batch), and the seconds close() takes to cancel all 2 * count of them."""
+    running = kind == "running"
+    service = make_service(
+        max_concurrency=2 * count if running else 1, queue_capacity=0 if running else 2 * count
+    )
+    await service.start()
+    if not running:  # occupy the only slot so every measured trial stays queued
+        service.create(parse_create_request(body("occupant", sleep_s=3600)))
+    await asyncio.sleep(0.05)
+    gc.collect()
+    before = rss_bytes()
+    await _add_idle(service, "rss", count, (0, count) if running else (count, 1))
+    gc.collect()
+    rss = (rss_bytes() - before) / count
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    await _add_idle(service, "traced", count, (0, 2 * count) if running else (2 * count, 1))
+    gc.collect()
+    traced = (tracemalloc.get_traced_memory()[0] - before) / count
+    tracemalloc.stop()
+    start = time.perf_counter()
+    await service.close()
+    return traced, rss, time.perf_counter() - start
+
+
+def idle_memory(kind: str) -> tuple[float, float, float]:
+    return asyncio.run(_idle_memory(kind, IDLE_TRIALS))
+
+
+def terminal_memory(count: int = IDLE_TRIALS) -> float:
+    """Bytes per settled terminal trial kept for the retention period (record, indexes, stale timers)."""
+    service = make_service(max_concurrency=count, queue_capacity=0)
+    book, batch = service.book, requests("done", count)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for request in batch:
+        finish(book, request)
+    gc.collect()
+    retained = (tracemalloc.get_traced_memory()[0] - before) / count
+    tracemalloc.stop()
+    return retained
+
+
+def memory_rows() -> list[Row]:
+    with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
+        running, queued = pool.submit(idle_memory, "running"), pool.submit(idle_memory, "queued")
+        terminal = pool.submit(terminal_memory)
+        (run_traced, run_rss, closed), (queue_traced, queue_rss, _) = running.result(), queued.result()
+        done = terminal.result()
+    return [
+        Row(
+            f"memory per running trial, traced / RSS ({IDLE_TRIALS:,})",
+            f"{run_traced:,.0f} / {run_rss:,.0f} B",
+            "<= 4,096 B",
+            max(run_traced, run_rss) <= 4096,
+        ),
+        Row(
+            f"memory per queued trial, traced / RSS ({IDLE_TRIALS:,})",
+            f"{queue_traced:,.0f} / {queue_rss:,.0f} B",
+            "<= 4,096 B",
+            max(queue_traced, queue_rss) <= 4096,
+        ),
+        Row("live trials in one process", f"{2 * IDLE_TRIALS:,} running", ">= 10,000", True),
+        Row(f"close() with {2 * IDLE_TRIALS:,} running trials", f"{closed:.2f} s", "", None),
+        Row("memory per retained terminal trial", f"{done:,.0f} B", "", None),
+    ]
+
+
+# ---- 5. janitor and GET cost against trials ever seen ---------------------------------------------------
+
+
+def history(retained: int) -> tuple[Callable[[], object], Callable[[], object]]:
+    """(janitor tick, GET) of a book holding `retained` settled terminal trials and 100 active ones."""
+    service = make_service(max_concurrency=retained + 100, queue_capacity=0)
+    book = service.book
+    for request in requests(f"old{retained}", retained):
+        finish(book, request)
+    live = requests(f"live{retained}", 100, sleep_s=3600)
+    for request in live:
+        book.create(request)
+
+    def tick() -> None:
+        book.expire_due()
+        book.evict_expired()
+
+    return tick, lambda: service.get(live[-1].request_id)
+
+
+def per_call_us(calls: list[Callable[[], object]], number: int = 10_000, rounds: int = 15) -> list[float]:
+    """Best-of-rounds CPU time per call; rounds interleave the calls so background load hits all alike."""
+    best = [float("inf")] * len(calls)
+    for _ in range(rounds):
+        for index, call in enumerate(calls):
+            start = time.thread_time()
+            for _ in range(number):
+                call()
+            best[index] = min(best[index], (time.thread_time() - start) / number * 1e6)
+    return best
+
+
+def history_rows() -> list[Row]:
+    (tick0, get0), (tick1, get1) = history(0), history(RETAINED)
+    gc.collect()
+    gc.disable()  # a collection over 100k records inside a timed round is noise, not per-call cost
+    try:
+        t0, t1, g0, g1 = per_call_us([tick0, tick1, get0, get1])
+    finally:
+        gc.enable()
+    return [
+        Row(
+            f"janitor tick, {RETAINED:,} vs 0 retained",
+            f"{t1 / t0:.2f}x ({t1:.2f} / {t0:.2f} us)",
+            "~1x (<= 1.5)",
+            t1 / t0 <= 1.5,
+        ),
+        Row(
+            f"service.get, {RETAINED:,} vs 0 retained",
+            f"{g1 / g0:.2f}x ({g1:.2f} / {g0:.2f} us)",
+            "~1x (<= 1.5)",
+            g1 / g0 <= 1.5,
+        ),
+    ]
+
+
+# ---- 2 and 4b. over HTTP against a real gateway process ------------------------------------------------
+
+
+class Connection:
+    """A minimal keep-alive HTTP/1.1 JSON client. httpx spends ~3x the gateway's CPU per request, so on two
+    cores it, not the gateway, would set the pace."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+        self._reader, self._writer, self._host = reader, writer, host
+
+    @classmethod
+    async def open(cls, url: str) -> Connection:
+        parts = urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+        return cls(reader, writer, parts.netloc)
+
+    async def request(self, method: str, path: str, payload: object = None) -> tuple[int, Any]:
+        data = b"" if payload is None else json.dumps(payload).encode()
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {self._host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n"
+        )
+        self._writer.write(head.encode() + data)
+        lines = (await self._reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+        length = 0
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        content = await self._reader.readexactly(length)
+        return int(lines[0].split()[1]), json.loads(content) if content else None
+
+    async def close(self) -> None:
+        self._writer.close()
+        await self._writer.wait_closed()
+
+
+def is_terminal(snapshot: dict[str, Any]) -> bool:
+    return snapshot["status"] in TERMINAL and snapshot["cleanup"] not in (None, "pending")
+
+
+async def lifecycle_loops(connections: list[Connection], tag: str, seconds: float) -> tuple[int, int]:
+    """Each connection does create + GET-until-terminal for `seconds`; (lifecycles, requests)."""
+    stop = time.perf_counter() + seconds
+
+    async def loop(index: int, connection: Connection) -> tuple[int, int]:
+        lifecycles = calls = 0
+        while time.perf_counter() < stop:
+            request_id = f"{tag}-{index}-{lifecycles}"
+            _, snapshot = await connection.request("POST", "/v1/trials", body(request_id))
+            polls = 0
+            while not is_terminal(snapshot):
+                if polls:  # the first GET at once, then a short poll interval
+                    await asyncio.sleep(0.002)
+                _, snapshot = await connection.request("GET", f"/v1/trials/{request_id}")
+                polls += 1
+            calls += 1 + polls
+            lifecycles += 1
+        return lifecycles, calls
+
+    results = await asyncio.gather(*(loop(i, c) for i, c in enumerate(connections)))
+    return sum(r[0] for r in results), sum(r[1] for r in results)
+
+
+async def http_lifecycles(connections: list[Connection], pid: int) -> list[Row]:
+    await lifecycle_loops(connections, "warm", 1.0)
+    wall, cpu, gateway_cpu = time.perf_counter(), time.process_time(), cpu_seconds(pid)
+    lifecycles, calls = await lifecycle_loops(connections, "http", HTTP_SECONDS)
+    wall = time.perf_counter() - wall
+    cpu, gateway_cpu = time.process_time() - cpu, cpu_seconds(pid) - gateway_cpu
+    rate, per = lifecycles / wall, gateway_cpu / lifecycles * 1e3
+    return [
+        Row(f"HTTP lifecycles/s ({len(connections)} loops)", f"{rate:,.0f}", "> 150 (ref)", rate > 150),
+        Row("HTTP gateway CPU per lifecycle", f"{per:.2f} ms", "< 8 ms (ref)", per < 8),
+        Row("HTTP requests per lifecycle", f"{calls / lifecycles:.2f}", "", None),
+        Row("HTTP CPU busy, gateway / client", f"{gateway_cpu / wall:.0%} / {cpu / wall:.0%}", "", None),
+    ]
+
+
+async def each(
+    connections: list[Connection], items: Iterable[str], call: Callable[[Connection, str], Awaitable[None]]
+) -> None:
+    """call(connection, item) for every item, one request in flight per connection."""
+    pending = iter(items)
+
+    async def worker(connection: Connection) -> None:
+        for item in pending:
+            await call(connection, item)
+
+    await asyncio.gather(*(worker(c) for c in connections))
+
+
+async def http_abort(connections: list[Connection], count: int) -> list[Row]:
+    ids = [f"abort-{i}" for i in range(count)]
+    snapshots: list[dict[str, Any]] = []
+
+    async def create(connection: Connection, request_id: str) -> None:
+        status, _ = await connection.request(
+            "POST", "/v1/trials", body(request_id, config="hold", sleep_s=3600)
+        )
+        if status != 202:
+            raise RuntimeError(f"create answered {status}")
+
+    async def abort(connection: Connection, request_id: str) -> None:
+        status, _ = await connection.request("POST", f"/v1/trials/{request_id}/abort")
+        if status != 202:
+            raise RuntimeError(f"abort answered {status}")
+
+    async def get(connection: Connection, request_id: str) -> None:
+        snapshots.append((await connection.request("GET", f"/v1/trials/{request_id}"))[1])
+
+    async def active() -> int:
+        return int((await connections[0].request("GET", "/healthz"))[1]["active_trials"])
+
+    await each(connections, ids, create)
+    await asyncio.sleep(0.2)  # let every run reach its sleep
+    start = time.perf_counter()
+    await each(connections, ids, abort)
+    issued = time.perf_counter() - start
+    while True:
+        if await active() == 0:
+            break
+        await asyncio.sleep(0.002)
+    elapsed = time.perf_counter() - start
+    await each(connections, ids, get)
+    ok = sum(1 for s in snapshots if s["status"] == "aborted" and s["cleanup"] == "confirmed")
+    return [
+        Row(
+            f"HTTP abort {count:,} live ({ok:,} confirmed)",
+            f"{elapsed:.2f} s (POSTs {issued:.2f})",
+            "<= 3 s",
+            elapsed <= 3 and ok == count,
+        )
+    ]
+
+
+async def over_http() -> list[Row]:
+    specs = {
+        "echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 64, "queue_capacity": 64},
+        "hold": {"environment": "echo", "runtime": "echo", "max_concurrency": ABORTED, "queue_capacity": 0},
+    }
+    with start_gateway(specs) as gateway:
+        connections = [await Connection.open(gateway.url) for _ in range(HTTP_LOOPS)]
+        try:
+            return [*await http_lifecycles(connections, gateway.pid), *await http_abort(connections, ABORTED)]
+        finally:
+            for connection in connections:
+                await connection.close()
+
+
+# ---- table ----------------------------------------------------------------------------------------------
+
+
+def print_table(rows: list[Row]) -> None:
+    header = Row("figure", "value", "target", None)
+    widths = [
+        max(len((row.figure, row.value, row.target)[column]) for row in (header, *rows))
+        for column in range(3)
+    ]
+    for row in (header, *rows):
+        verdict = "ok?" if row is header else "" if row.ok is None else "ok" if row.ok else "MISS"
+        cells = (row.figure.ljust(widths[0]), row.value.rjust(widths[1]), row.target.ljust(widths[2]))
+        print("  ".join((*cells, verdict)).rstrip())
+
+
+def main() -> int:
+    started, load = time.perf_counter(), os.getloadavg()[0]
+    rows = asyncio.run(inprocess_lifecycles(LIFECYCLES))
+    rows += asyncio.run(inprocess_abort(ABORTED))
+    rows += memory_rows()
+    rows += history_rows()
+    rows += asyncio.run(over_http())
+    print_table(rows)
+    print(
+        f"({time.perf_counter() - started:.0f} s on {os.cpu_count()} CPUs; load average {load:.1f} at start, "
+        f"{os.getloadavg()[0]:.1f} at end: wall-clock figures assume an otherwise idle machine)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

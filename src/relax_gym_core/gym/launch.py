@@ -1,0 +1,59 @@
+"""Run one NeMo Gym server in this process, without Ray (runs INSIDE the NeMo Gym environment).
+
+    python -m relax_gym_core.gym.launch --server-class responses_api_agents.simple_agent.app:SimpleAgent
+
+The merged config arrives the way `gym env start` passes it (NEMO_GYM_CONFIG_DICT, NEMO_GYM_CONFIG_PATH).
+We do what NeMo Gym's run_webserver does, minus initialize_ray(): none of the servers we run use Ray, and
+a private Ray cluster per server costs ~11 s and ~875 MB each. Imports: standard library and NeMo Gym only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+from typing import Any
+
+
+def _server_class(spec: str) -> Any:
+    module_name, _, class_name = spec.partition(":")
+    if not module_name or not class_name:
+        raise SystemExit(f"--server-class must look like module:Class (got {spec!r})")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def serve(server_class: Any, *, log_level: str = "warning") -> None:
+    import uvicorn  # noqa: PLC0415 - only available inside the NeMo Gym environment
+    from nemo_gym.global_config import get_global_config_dict  # noqa: PLC0415
+    from nemo_gym.server_utils import ServerClient  # noqa: PLC0415
+
+    config = server_class.load_config_from_global_config()
+    client = ServerClient(
+        head_server_config=ServerClient.load_head_server_config(), global_config_dict=get_global_config_dict()
+    )
+    server = server_class(config=config, server_client=client)
+    app = server.setup_webserver()
+    server.setup_liveness(app)
+    server.setup_exception_middleware(app)
+    uvicorn.run(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=log_level,
+        timeout_graceful_shutdown=1,
+        timeout_keep_alive=30,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server-class", required=True)
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    # A background launch may inherit SIGINT as ignored; we are stopped by signal, so restore it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    serve(_server_class(args.server_class), log_level=args.log_level)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""NeMo Gym servers as processes of the dedicated NeMo Gym environment: start, wait until ready, stop.
+
+Every process is ours and is stopped by PID (SIGINT, then SIGKILL); nothing else is ever signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+import httpx
+from attrs import frozen
+
+from relax_gym_core.errors import ConfigError
+from relax_gym_core.gym.config import merged_config
+from relax_gym_core.plugins.model import NemoGymServer
+
+PYTHON_VAR = "RELAX_GYM_NEMO_GYM_PYTHON"
+DEFAULT_PYTHON = Path(".gym/venv/bin/python")
+
+
+def gym_python(environ: Mapping[str, str] = os.environ) -> str:
+    """The interpreter of the NeMo Gym environment, or a ConfigError saying how to get one."""
+    configured = environ.get(PYTHON_VAR)
+    path = Path(configured) if configured else DEFAULT_PYTHON
+    if not path.is_file():
+        raise ConfigError(
+            f"NeMo Gym environment not found ({PYTHON_VAR}={configured or 'unset'}, tried {path}): "
+            f"run `make gym`, or set {PYTHON_VAR} to the python of an environment with nemo-gym==0.4.0 "
+            "and relax-gym-core installed"
+        )
+    return str(path.absolute())
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Ports the kernel just handed out (held together so they differ), for servers we start next."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@frozen
+class GymServerProcess:
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _wait_ready(servers: list[GymServerProcess], timeout_s: float) -> None:
+    pending = {server.name: server for server in servers}
+    stop = time.monotonic() + timeout_s
+    with httpx.Client(trust_env=False, timeout=2.0) as client:
+        while pending:
+            for name, server in list(pending.items()):
+                if server.process.poll() is not None:
+                    code = server.process.returncode
+                    raise ConfigError(f"NeMo Gym server {name!r} exited with code {code}:\n{server.tail()}")
+                try:
+                    if client.get(f"{server.url}/").status_code == 200:
+                        del pending[name]
+                except httpx.HTTPError:
+                    pass
+            if pending and time.monotonic() > stop:
+                names = ", ".join(sorted(pending))
+                raise ConfigError(f"NeMo Gym server(s) {names} not ready after {timeout_s:.0f} s")
+            if pending:
+                time.sleep(0.1)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def run_gym_servers(
+    servers: Iterable[NemoGymServer],
+    *,
+    gateway_host: str,
+    gateway_port: int,
+    host: str = "127.0.0.1",
+    python: str | None = None,
+    ports: Mapping[str, int] | None = None,
+    startup_timeout_s: float = 180.0,
+) -> Iterator[dict[str, GymServerProcess]]:
+    """Start the servers (their model server is the gateway at gateway_host:gateway_port) until exit."""
+    servers = list(servers)
+    interpreter = python or gym_python()
+    chosen = dict(ports or {})
+    missing = [server.name for server in servers if server.name not in chosen]
+    chosen.update(zip(missing, free_ports(len(missing), host), strict=True))
+    config = merged_config(
+        servers, host=host, ports=chosen, gateway_host=gateway_host, gateway_port=gateway_port
+    )
+    started: list[GymServerProcess] = []
+    with tempfile.TemporaryDirectory(prefix="relax-gym-nemo-") as logs:
+        try:
+            for server in servers:
+                log = Path(logs) / f"{server.name}.log"
+                with log.open("wb") as sink:
+                    process = subprocess.Popen(  # noqa: S603 - our interpreter, our module
+                        [
+                            interpreter,
+                            "-m",
+                            "relax_gym_core.gym.launch",
+                            "--server-class",
+                            server.server_class,
+                        ],
+                        stdout=sink,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env={
+                            **os.environ,
+                            "NEMO_GYM_CONFIG_DICT": json.dumps(config),
+                            "NEMO_GYM_CONFIG_PATH": server.name,
+                            # NeMo Gym writes caches (hf, uv, outputs/) into the working directory.
+                            "HF_HOME": str(Path(logs) / "hf"),
+                        },
+                        cwd=logs,
+                    )
+                started.append(
+                    GymServerProcess(server.name, f"http://{host}:{chosen[server.name]}", process, log)
+                )
+            _wait_ready(started, startup_timeout_s)
+            yield {running.name: running for running in started}
+        finally:
+            for running in started:
+                _stop(running.process)

@@ -1,0 +1,179 @@
+"""The NeMo Gym run adapter: one trial = one POST <agent>/run, cleanup by rollout id.
+
+- Each /run is its own call with no cookies kept (NeMo Gym session cookies must never leak between
+  trials) and no timeout: the trial's deadline is the only bound (the service cancels the call).
+- The trial's model-call capability rides in responses_create_params.metadata, which NeMo Gym 0.4.0's
+  simple_agent resends unchanged on every model call; the bridge strips it before going upstream.
+- Abort closes the /run call, then runs the environment's cleanup contract and probes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import aiohttp
+from attrs import frozen
+
+from relax_gym_core.bridge.payloads import CAPABILITY_TAG
+from relax_gym_core.plugins import Hooks
+from relax_gym_core.runtimes.base import (
+    CLEANUP_CONFIRMED,
+    CLEANUP_UNVERIFIED,
+    CleanupResult,
+    RunContext,
+    RunHandle,
+    RunResult,
+)
+
+logger = logging.getLogger("relax_gym.nemo_gym")
+
+_FAILED = CleanupResult(confirmed=False, error_code="cleanup_failed")
+_PROBE_FAILED = CleanupResult(confirmed=False, error_code="cleanup_probe_failed")
+
+
+class AgentRunError(RuntimeError):
+    """The agent's /run did not produce a usable answer."""
+
+
+@frozen(kw_only=True)
+class CleanupURLs:
+    """Resolved cleanup endpoints, each with "{rollout_id}"; stateless means nothing to release."""
+
+    stateless: bool = False
+    abort_url: str | None = None
+    force_url: str | None = None
+    probe_url: str | None = None
+
+
+class NemoGymRun:
+    def __init__(self, runtime: NemoGymRuntime, call: asyncio.Task[Any], rollout_id: str) -> None:
+        self._runtime = runtime
+        self._call = call
+        self._rollout_id = rollout_id
+
+    async def wait(self) -> RunResult:
+        body = await self._call
+        return self._runtime.hooks.map_result(self._runtime.environment, body)
+
+    async def _post(self, template: str | None) -> CleanupResult | None:
+        """POST a cleanup endpoint; None when it was accepted (proof still needs the probe)."""
+        if template is None:
+            return CLEANUP_UNVERIFIED
+        url = template.format(rollout_id=self._rollout_id)
+        async with self._runtime.session.post(url, json={}) as response:
+            await response.read()
+            return None if response.status < 400 else _FAILED
+
+    async def abort(self) -> CleanupResult:
+        self._call.cancel()  # closes the connection; the agent's next model call then gets 410
+        await asyncio.gather(self._call, return_exceptions=True)
+        if self._runtime.cleanup.stateless:
+            return CLEANUP_CONFIRMED
+        failed = await self._post(self._runtime.cleanup.abort_url)
+        return failed or await self.probe_cleanup()
+
+    async def force_cleanup(self) -> CleanupResult:
+        if self._runtime.cleanup.stateless:
+            return CLEANUP_CONFIRMED
+        failed = await self._post(self._runtime.cleanup.force_url)
+        return failed or await self.probe_cleanup()
+
+    async def probe_cleanup(self) -> CleanupResult:
+        cleanup = self._runtime.cleanup
+        if cleanup.stateless:
+            return CLEANUP_CONFIRMED
+        if cleanup.probe_url is None:
+            return CLEANUP_UNVERIFIED
+        try:
+            async with self._runtime.session.get(
+                cleanup.probe_url.format(rollout_id=self._rollout_id)
+            ) as response:
+                payload = await response.json(content_type=None) if response.status < 400 else None
+        except (aiohttp.ClientError, ValueError):
+            return _PROBE_FAILED
+        if not isinstance(payload, dict):
+            return _PROBE_FAILED
+        return CLEANUP_CONFIRMED if payload.get("clean") is True else CLEANUP_UNVERIFIED
+
+
+class NemoGymRuntime:
+    """Runs trials of one registered (environment, config) on a NeMo Gym agent."""
+
+    def __init__(
+        self,
+        *,
+        environment: str,
+        agent_url: str,
+        hooks: Hooks,
+        cleanup: CleanupURLs,
+        readiness_urls: tuple[str, ...] = (),
+    ) -> None:
+        self.environment = environment
+        self.hooks = hooks
+        self.cleanup = cleanup
+        self._run_url = f"{agent_url.rstrip('/')}/run"
+        self._readiness_urls = readiness_urls
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:  # bound to the running loop, so made on first use
+            self._session = aiohttp.ClientSession(
+                cookie_jar=aiohttp.DummyCookieJar(),  # refuse every cookie: no session sharing across trials
+                trust_env=False,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+                connector=aiohttp.TCPConnector(limit=0),
+            )
+        return self._session
+
+    def run_body(self, context: RunContext) -> dict[str, Any]:
+        request = context.request
+        body = self.hooks.build_run_body(
+            self.environment, request.environment.task, request.generation, context.rollout_id
+        )
+        params = body.setdefault("responses_create_params", {})
+        metadata = params.get("metadata")
+        params["metadata"] = {
+            **(metadata if isinstance(metadata, dict) else {}),
+            CAPABILITY_TAG: context.rollout_id,
+        }
+        return body
+
+    async def start(self, context: RunContext) -> RunHandle:
+        body = self.run_body(context)
+        call = asyncio.ensure_future(self._post_run(body))
+        return NemoGymRun(self, call, context.rollout_id)
+
+    async def _post_run(self, body: dict[str, Any]) -> dict[str, Any]:
+        async with self.session.post(self._run_url, json=body) as response:
+            raw = await response.read()
+            if response.status >= 400:
+                # The body is not quoted: agents echo requests, and the request carries the capability.
+                raise AgentRunError(f"NeMo Gym agent /run answered HTTP {response.status}")
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            raise AgentRunError("NeMo Gym agent returned a non-JSON response") from None
+        if not isinstance(payload, dict):
+            raise AgentRunError("NeMo Gym agent response must be a JSON object")
+        return payload
+
+    async def ready(self) -> bool:
+        if not self._readiness_urls:
+            return True
+
+        async def check(url: str) -> bool:
+            try:
+                async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
+                    return response.status < 300
+            except (aiohttp.ClientError, TimeoutError):
+                return False
+
+        return all(await asyncio.gather(*(check(url) for url in self._readiness_urls)))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()

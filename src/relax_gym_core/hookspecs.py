@@ -1,0 +1,96 @@
+"""The hooks an environment plugin implements (entry-point group ``relax_gym``).
+
+Plugins answer only for their own environments: every per-environment hook receives the environment
+name and returns None for names it does not own. Hooks marked firstresult stop at the first non-None
+result. Hooks register and describe; the gateway's hot path works on the returned objects.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from relax_gym_core.plugins.model import (
+        CleanupContract,
+        VerifierProbe,
+    )
+    from relax_gym_core.plugins.registry import EnvironmentRegistrar
+    from relax_gym_core.protocol import Generation
+    from relax_gym_core.runtimes.base import RunResult
+
+PROJECT = "relax_gym"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)  # re-exported as relax_gym_core.hookimpl
+
+
+@hookspec
+def register_environments(registrar: EnvironmentRegistrar) -> None:
+    """Register the environments this plugin provides with ``registrar.add(EnvironmentDefinition(...))``.
+
+    Called once per plugin manager, when the registry is built. Registering a name twice (in one plugin
+    or across plugins) is an error naming both plugins.
+    """
+
+
+@hookspec(firstresult=True)
+def convert_row(environment: str, row: dict[str, Any]) -> dict[str, Any] | None:
+    """Convert one raw NeMo Gym dataset row into a Relax row ``{"input": [...], "metadata": {...}}``.
+
+    Raise ``RowError`` with a message naming the field for a row that cannot be used (the CLI adds the
+    file and line). Stops at first non-None result; a built-in implementation follows the reference
+    converter for environments whose plugins do not answer.
+    """
+
+
+@hookspec(firstresult=True)
+def build_run_body(
+    environment: str, task: dict[str, Any], generation: Generation, rollout_id: str
+) -> dict[str, Any] | None:
+    """Build the body of the agent's ``POST /run`` from the trial's task (the Relax session input).
+
+    The core adds the trial's model-call capability afterwards; do not. Stops at first non-None result;
+    a built-in implementation follows the reference (messages -> responses_create_params.input, metadata
+    fan-out, _ng_task_index/_ng_rollout_index).
+    """
+
+
+@hookspec(firstresult=True)
+def route_row(row: dict[str, Any]) -> tuple[str, str] | None:
+    """Name the (environment, config) a mixed-dataset row belongs to, or None if not yours.
+
+    Stops at first non-None result. Use a namespaced tag the dataset builder wrote, never bare field
+    names a foreign dataset might also carry.
+    """
+
+
+@hookspec(firstresult=True)
+def verifier_probes(environment: str) -> list[VerifierProbe] | None:
+    """Known-good and known-bad outputs for real rows, with the reward the real verifier must give."""
+
+
+@hookspec(firstresult=True)
+def cleanup_contract(environment: str) -> CleanupContract | None:
+    """How a run of this environment is released and proven released (or that it is stateless)."""
+
+
+@hookspec(firstresult=True)
+def map_result(environment: str, body: dict[str, Any]) -> RunResult | None:
+    """Turn the agent's ``/run`` answer into the trial result (reward, status, metrics).
+
+    Raise ``EnvironmentFailure(kind=...)`` when the answer shows an infrastructure failure: that must
+    never become a reward of 0. Stops at first non-None result; a built-in implementation follows the
+    reference normalisation.
+    """
+
+
+__all__ = [
+    "build_run_body",
+    "cleanup_contract",
+    "convert_row",
+    "map_result",
+    "register_environments",
+    "route_row",
+    "verifier_probes",
+]

@@ -1,0 +1,40 @@
+"""The plugin system: what plugins describe, the registry, the manager factory and typed facade."""
+
+from relax_gym_core.hookspecs import hookimpl
+from relax_gym_core.plugins.manager import Hooks, PluginInfo, PluginLoadError, make_plugin_manager
+from relax_gym_core.plugins.model import (
+    STATELESS,
+    CleanupContract,
+    EnvironmentDefinition,
+    EnvironmentFailure,
+    NemoGymServer,
+    RowError,
+    VerifierProbe,
+)
+from relax_gym_core.plugins.registry import (
+    DuplicateEnvironmentError,
+    EnvironmentRegistrar,
+    EnvironmentRegistry,
+    UnknownEnvironmentError,
+)
+from relax_gym_core.runtimes.base import RunResult
+
+__all__ = [
+    "STATELESS",
+    "CleanupContract",
+    "DuplicateEnvironmentError",
+    "EnvironmentDefinition",
+    "EnvironmentFailure",
+    "EnvironmentRegistrar",
+    "EnvironmentRegistry",
+    "Hooks",
+    "NemoGymServer",
+    "PluginInfo",
+    "PluginLoadError",
+    "RowError",
+    "RunResult",
+    "UnknownEnvironmentError",
+    "VerifierProbe",
+    "hookimpl",
+    "make_plugin_manager",
+]

@@ -1,0 +1,131 @@
+"""Built-in hook implementations that follow the relax-nemo-gym/v1 reference (registered trylast).
+
+Environments whose plugins do not answer convert_row, build_run_body or map_result get these.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from relax_gym_core.hookspecs import hookimpl
+from relax_gym_core.plugins.model import RowError
+from relax_gym_core.protocol import Generation, TrialStatus
+from relax_gym_core.runtimes.base import RunResult
+
+GSM8K_PROMPT = (
+    "Solve the following math problem. Make sure to put the answer (and only answer) inside \\boxed{}."
+)
+_NOT_A_ROW = "NeMo Gym row must contain responses_create_params, or GSM8K question and expected_answer fields"
+_NOT_PRESERVED = frozenset({"input", "tools", "parallel_tool_calls", "instructions"})
+_FANNED_INTO_PARAMS = frozenset({"tools", "parallel_tool_calls", "developer_message"})
+_COPIED_METRICS = (
+    "resolved",
+    "patch_exists",
+    "agent_error_kind",
+    "agent_timed_out",
+    "eval_timed_out",
+    "oom_killed",
+    "eval_oom_killed",
+)
+
+
+@hookimpl(trylast=True)
+def convert_row(environment: str, row: dict[str, Any]) -> dict[str, Any]:
+    """Raw NeMo Gym row -> {"input": messages, "metadata": {...}} (reference converter)."""
+    del environment  # the reference conversion is the same for every environment
+    params = row.get("responses_create_params")
+    if params is None:
+        question = row.get("question")
+        if not isinstance(question, str) or "expected_answer" not in row:
+            raise RowError(_NOT_A_ROW)
+        metadata = dict(row)
+        if not isinstance(row["expected_answer"], bool):
+            metadata["expected_answer"] = str(row["expected_answer"])
+        return {"input": [{"role": "user", "content": f"{GSM8K_PROMPT}\n\n{question}"}], "metadata": metadata}
+    if not isinstance(params, dict):
+        raise RowError("responses_create_params must be an object")
+    messages = params.get("input")
+    if not isinstance(messages, list):
+        raise RowError("responses_create_params.input must be a messages array")
+    metadata = {key: value for key, value in row.items() if key != "responses_create_params"}
+    preserved = {key: value for key, value in params.items() if key not in _NOT_PRESERVED}
+    statement = row.get("problem_statement")
+    if not messages and isinstance(statement, str) and statement:
+        messages = [{"role": "user", "content": statement}]
+        preserved["input"] = []  # the run body restores the empty agent input
+    if preserved:
+        metadata["responses_create_params"] = preserved
+    answer = metadata.get("expected_answer")
+    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        metadata["expected_answer"] = str(answer)  # math_with_judge requires a string; prepare writes numbers
+    for key in ("tools", "parallel_tool_calls"):
+        if key in params:
+            metadata[key] = params[key]
+    if params.get("instructions"):
+        metadata["developer_message"] = params["instructions"]
+    return {"input": messages, "metadata": metadata}
+
+
+@hookimpl(trylast=True)
+def build_run_body(
+    environment: str, task: dict[str, Any], generation: Generation, rollout_id: str
+) -> dict[str, Any]:
+    """Relax session input -> the agent's /run body (reference order of merges)."""
+    del environment
+    task = copy.deepcopy(task)
+    if isinstance(task.get("responses_create_params"), dict):
+        body = task  # already a raw NeMo Gym row
+    else:
+        messages = task.pop("messages", [])
+        metadata = task.pop("metadata", {})
+        if not isinstance(messages, list) or not isinstance(metadata, dict):
+            raise TypeError("Relax task must contain messages and metadata objects")
+        params: dict[str, Any] = {"input": messages}
+        preserved = metadata.pop("responses_create_params", {})
+        if not isinstance(preserved, dict):
+            raise TypeError("Relax task metadata.responses_create_params must be an object")
+        params.update(preserved)
+        for key in ("tools", "parallel_tool_calls"):
+            if key in metadata:
+                params[key] = metadata[key]
+        if metadata.get("developer_message"):
+            params["instructions"] = metadata["developer_message"]
+        params.update(generation.responses_create_params)
+        body = {"responses_create_params": params, **task}
+        body.update({key: value for key, value in metadata.items() if key not in _FANNED_INTO_PARAMS})
+    task_index, _, rollout_index = rollout_id.rpartition("-")
+    body["_ng_task_index"] = task_index
+    body["_ng_rollout_index"] = rollout_index
+    return body
+
+
+def output_counts(output: Any) -> dict[str, int]:
+    """Counts of the Responses output items of a trajectory."""
+    items = [item for item in output if isinstance(item, dict)] if isinstance(output, list) else []
+    return {
+        "model_output_items": len(items),
+        "tool_calls": sum(item.get("type") == "function_call" for item in items),
+        "tool_outputs": sum(item.get("type") == "function_call_output" for item in items),
+        "assistant_messages": sum(item.get("type") == "message" for item in items),
+    }
+
+
+@hookimpl(trylast=True)
+def map_result(environment: str, body: dict[str, Any]) -> RunResult:
+    """The agent's /run answer -> trial result (reference normalisation)."""
+    del environment
+    metrics = dict(body["metrics"]) if isinstance(body.get("metrics"), dict) else {}
+    response = body.get("response")
+    if isinstance(response, dict) and isinstance(response.get("output"), list):
+        metrics.update(output_counts(response["output"]))
+    for key in _COPIED_METRICS:
+        if key in body:
+            metrics[key] = body[key]
+    artifact = body.get("artifact_ref")
+    return RunResult(
+        status=TrialStatus.TRUNCATED if body.get("truncated") else TrialStatus.COMPLETED,
+        reward=body.get("reward"),
+        metrics=metrics,
+        artifact_ref=artifact if isinstance(artifact, str) and artifact else None,
+    )

@@ -1,0 +1,71 @@
+"""The environment registry: what register_environments hooks add, checked for duplicates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from relax_gym_core.errors import PluginError
+from relax_gym_core.plugins.model import EnvironmentDefinition
+
+
+class DuplicateEnvironmentError(PluginError):
+    """Two registrations claim the same environment name or (environment, config) pair."""
+
+
+class UnknownEnvironmentError(PluginError, LookupError):
+    """No installed plugin provides this environment."""
+
+
+class EnvironmentRegistrar:
+    """What a plugin's register_environments hook receives."""
+
+    def __init__(self, registry: EnvironmentRegistry, plugin: str) -> None:
+        self._registry = registry
+        self._plugin = plugin
+
+    def add(self, definition: EnvironmentDefinition) -> None:
+        self._registry.add(definition, plugin=self._plugin)
+
+
+class EnvironmentRegistry:
+    def __init__(self) -> None:
+        self._definitions: dict[str, EnvironmentDefinition] = {}
+        self._owners: dict[str, str] = {}
+
+    def add(self, definition: EnvironmentDefinition, *, plugin: str) -> None:
+        if not definition.configs:
+            raise PluginError(f"plugin {plugin!r}: environment {definition.name!r} registers no config")
+        names = {server.name for server in definition.servers}
+        if definition.agent not in names:
+            raise PluginError(
+                f"plugin {plugin!r}: environment {definition.name!r}: agent {definition.agent!r} "
+                "is not one of its servers"
+            )
+        owner = self._owners.get(definition.name)
+        if owner is not None:
+            raise DuplicateEnvironmentError(
+                f"environment {definition.name!r} is registered by both plugin {owner!r} "
+                f"and plugin {plugin!r}"
+            )
+        self._definitions[definition.name] = definition
+        self._owners[definition.name] = plugin
+
+    def get(self, name: str) -> EnvironmentDefinition:
+        try:
+            return self._definitions[name]
+        except KeyError:
+            known = ", ".join(sorted(self._definitions)) or "none"
+            raise UnknownEnvironmentError(
+                f"no installed plugin provides environment {name!r} (installed: {known}); "
+                "run `relax-gym plugins` to see what is installed"
+            ) from None
+
+    def owner(self, name: str) -> str:
+        self.get(name)
+        return self._owners[name]
+
+    def __iter__(self) -> Iterator[EnvironmentDefinition]:
+        return iter(sorted(self._definitions.values(), key=lambda d: d.name))
+
+    def __len__(self) -> int:
+        return len(self._definitions)

@@ -1,0 +1,213 @@
+"""Workplace Assistant end to end: real NeMo Gym servers (started by `relax-gym up`), the real gateway and
+thin client, and a scripted policy standing in for Relax's per-session model API (no LLM runs here).
+
+The servers are started once for the module; every test uses its own session tokens, and the policy
+answers each request according to the trial its token belongs to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
+from relax_gym_core.plugins import make_plugin_manager
+from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
+from relax_gym_core.testing import (
+    Gate,
+    RecordedRequest,
+    ScriptedPolicy,
+    ScriptedReply,
+    ToolCall,
+    reply_text,
+    reply_tool_calls,
+    start_up,
+)
+
+pytestmark = pytest.mark.anyio
+
+relax_gym_workplace = pytest.importorskip("relax_gym_workplace")
+from relax_gym_workplace.data import example_rows  # noqa: E402
+
+REPLY_BODY = "Thanks for the update - I will get back to you tomorrow."
+_tokens = itertools.count()
+
+
+def tool_outputs(request: RecordedRequest) -> int:
+    items = request.body.get("input", []) if isinstance(request.body, dict) else []
+    return sum(1 for item in items if isinstance(item, dict) and item.get("type") == "function_call_output")
+
+
+def solve_task_0(email_id: str) -> Callable[[RecordedRequest], ScriptedReply]:
+    """Search (read-only), then reply to the email, then a final message: one step per tool output."""
+
+    def script(request: RecordedRequest) -> ScriptedReply:
+        step = tool_outputs(request)
+        if step == 0:
+            return reply_tool_calls(
+                ToolCall("email_search_emails", {"query": "Task Update on Develop prototype"})
+            )
+        if step == 1:
+            return reply_tool_calls(ToolCall("email_reply_email", {"email_id": email_id, "body": REPLY_BODY}))
+        return reply_text("Done.")
+
+    return script
+
+
+class Policy:
+    """One scripted policy for the module; each trial's token selects its behaviour."""
+
+    def __init__(self) -> None:
+        self.behaviours: dict[str, Callable[[RecordedRequest], ScriptedReply]] = {}
+        self.server = ScriptedPolicy(self.answer)
+
+    def answer(self, request: RecordedRequest) -> ScriptedReply:
+        behaviour = self.behaviours.get(request.bearer or "")
+        return behaviour(request) if behaviour is not None else reply_text("Done.")
+
+    def requests_of(self, token: str) -> list[RecordedRequest]:
+        return [r for r in self.server.model_requests("responses") if r.bearer == token]
+
+
+@pytest.fixture(scope="module")
+def policy() -> Iterator[Policy]:
+    holder = Policy()
+    with holder.server:
+        yield holder
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Any]:
+    with start_up(["workplace_assistant"]) as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def resources_url(stack: Any) -> str:
+    for line in stack.output:
+        match = re.match(r"NeMo Gym server workplace_assistant at (\S+)", line)
+        if match:
+            return match.group(1)
+    raise AssertionError("resources server address not printed:\n" + "\n".join(stack.output))
+
+
+def session_input(row: dict[str, Any]) -> dict[str, Any]:
+    converted = make_plugin_manager().convert_row("workplace_assistant", row)
+    return {"messages": converted["input"], "metadata": converted["metadata"]}
+
+
+def trial_request(policy: Policy, row: dict[str, Any], *, token: str, deadline_s: float = 120) -> Any:
+    body = {
+        "protocol_version": PROTOCOL_VERSION,
+        "request_id": f"relax-e2e-{token}",
+        "session": {"session_id": token, "group_id": "e2e", "rollout_mode": "eval"},
+        "environment": {
+            "name": "workplace_assistant",
+            "config": "workplace-assistant-v1",
+            "task": session_input(row),
+        },
+        "model_endpoint": {"base_url": policy.server.base_url, "api_key": token, "model": "policy-alias"},
+        "interrupt_policy": "protected",
+        "deadline_s": deadline_s,
+        "lease_s": 60,
+    }
+    return parse_create_request(json.dumps(body))
+
+
+OPTIONS = ClientOptions(poll_interval_s=0.05)
+
+
+def new_token() -> str:
+    return f"agentic_session_shard_0.session-e2e{next(_tokens):04d}"
+
+
+async def test_scripted_trial_scores_one_and_feeds_tool_results_back(policy: Policy, stack: Any) -> None:
+    row = example_rows()[0]
+    token = new_token()
+    policy.behaviours[token] = solve_task_0("00000057")
+    snapshot = await run_trial(
+        trial_request(policy, row, token=token), gateway_url=stack.url, options=OPTIONS
+    )
+    assert snapshot.status.value == "completed"
+    assert snapshot.reward == 1.0
+    assert snapshot.cleanup is not None and snapshot.cleanup.value == "confirmed"
+    assert snapshot.metrics["tool_calls"] == 2
+    seen = policy.requests_of(token)
+    assert [tool_outputs(r) for r in seen] == [0, 1, 2]  # each tool result reached the next model call
+    for request in seen:
+        assert request.model == "policy-alias"
+        assert "relax_gym_rollout" not in request.raw_body.decode()
+        assert request.body["tools"]  # the row's own tools went to the model
+
+
+async def test_wrong_write_scores_zero(policy: Policy, stack: Any) -> None:
+    token = new_token()
+    policy.behaviours[token] = solve_task_0("00000017")  # an existing email, but the wrong one
+    snapshot = await run_trial(
+        trial_request(policy, example_rows()[0], token=token), gateway_url=stack.url, options=OPTIONS
+    )
+    assert (snapshot.status.value, snapshot.reward) == ("completed", 0.0)
+
+
+async def test_two_concurrent_trials_never_cross(policy: Policy, stack: Any) -> None:
+    rows = example_rows()[:2]
+    tokens = [new_token(), new_token()]
+    for token in tokens:
+        policy.behaviours[token] = solve_task_0("00000057")
+    await asyncio.gather(
+        *(
+            run_trial(trial_request(policy, row, token=token), gateway_url=stack.url, options=OPTIONS)
+            for row, token in zip(rows, tokens, strict=True)
+        )
+    )
+    for row, token in zip(rows, tokens, strict=True):
+        user_text = row["responses_create_params"]["input"][-1]["content"]
+        seen = policy.requests_of(token)
+        assert seen
+        for request in seen:
+            assert user_text in json.dumps(request.body["input"])
+
+
+async def test_abort_mid_trial_is_aborted_with_cleanup_confirmed(
+    policy: Policy, stack: Any, resources_url: str
+) -> None:
+    token = new_token()
+    gate = Gate()
+    policy.behaviours[token] = lambda request: solve_task_0("00000057")(request).held(gate)
+    request = trial_request(policy, example_rows()[0], token=token)
+    seen_before = len(policy.server.requests)
+    async with GatewayClient(stack.url, options=OPTIONS) as client:
+        await client.create(request)
+        await policy.server.wait_for_requests_async(seen_before + 1)
+        assert policy.requests_of(token)  # the agent is now waiting on its first model call
+        await client.abort(request.request_id)
+        snapshot = await client.get(request.request_id)
+        while snapshot.cleanup is None or snapshot.cleanup.value == "pending":
+            await asyncio.sleep(0.05)
+            snapshot = await client.get(request.request_id)
+    gate.open()
+    assert (snapshot.status.value, snapshot.error, snapshot.reward) == ("aborted", {"code": "aborted"}, None)
+    assert snapshot.cleanup.value == "confirmed"
+
+
+async def test_two_hundred_sequential_trials_leave_no_sessions(
+    policy: Policy, stack: Any, resources_url: str
+) -> None:
+    row = example_rows()[0]
+    async with GatewayClient(stack.url, options=OPTIONS) as client:
+        for _ in range(200):
+            token = new_token()  # no behaviour: the policy just answers "Done."
+            snapshot = await run_trial(trial_request(policy, row, token=token), client=client)
+            assert snapshot.reward == 0.0  # doing nothing does not solve the task
+    async with httpx.AsyncClient(trust_env=False) as http:
+        sessions = (await http.get(f"{resources_url}/relax_gym/sessions")).json()
+        health = (await http.get(f"{stack.url}/readyz")).json()
+    assert (sessions["sessions"], sessions["rollouts"]) == (0, 0)
+    assert health["active_trials"] == 0
