@@ -51,8 +51,9 @@ lint: env
 typecheck: env
 	$(VENV)/bin/mypy
 
-bench: env
+bench: env gym
 	$(PY) bench/lifecycle.py
+	$(PY) bench/bridge.py --clients aiohttp,httpx
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .gym

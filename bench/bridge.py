@@ -27,6 +27,8 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from relax_gym_core.gym.processes import stop_process
+
 TRIALS = 64
 REPLY = {
     "id": "chatcmpl-1",
@@ -110,12 +112,7 @@ def process(
                 raise RuntimeError(f"{role} did not start: {line!r}")
         yield proc, line
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, signal.SIGTERM, timeout_s=30)
         if proc.stdout is not None:
             proc.stdout.close()
 

@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 from attrs import frozen
@@ -87,11 +88,12 @@ def _wait_ready(servers: list[GymServerProcess], timeout_s: float) -> None:
                 time.sleep(0.1)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def stop_process(process: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout_s: float = 15.0) -> None:
+    """Stop a process we started: `sig`, then SIGKILL if it has not exited within timeout_s."""
     if process.poll() is None:
-        process.send_signal(signal.SIGINT)
+        process.send_signal(sig)
         try:
-            process.wait(timeout=15)
+            process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -150,4 +152,4 @@ def run_gym_servers(
             yield {running.name: running for running in started}
         finally:
             for running in started:
-                _stop(running.process)
+                stop_process(running.process)

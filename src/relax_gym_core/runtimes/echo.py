@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from relax_gym_core.runtimes.base import CLEANUP_CONFIRMED, CleanupResult, RunContext, RunHandle, RunResult
+
+if TYPE_CHECKING:
+    import httpx
 
 _RESOURCES = {"chat": "chat/completions", "responses": "responses", "messages": "messages"}
 
@@ -100,7 +101,9 @@ class EchoRuntime:
     async def start(self, context: RunContext) -> RunHandle:
         client = None
         if context.model_base_url is not None and isinstance(_echo_options(context).get("model"), dict):
-            if self._client is None:  # made lazily: only runs that call a model need it
+            if self._client is None:  # made lazily: only runs that call a model need it (or httpx)
+                import httpx  # noqa: PLC0415
+
                 # No client timeout: the trial's deadline bounds the run.
                 self._client = httpx.AsyncClient(trust_env=False, timeout=None)  # noqa: S113
             client = self._client

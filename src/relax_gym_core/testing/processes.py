@@ -17,6 +17,7 @@ from typing import Any
 from attrs import frozen
 
 from relax_gym_core.gateway.server import LISTENING_LINE
+from relax_gym_core.gym.processes import stop_process
 
 _PREFIX = LISTENING_LINE.split("{url}")[0]
 LOOPBACK_NETWORKS = "127.0.0.1/32,::1/128"  # tests only ever call back to this machine
@@ -96,13 +97,7 @@ def _run_cli(
             raise RuntimeError("relax-gym did not start:\n" + "\n".join(output))
         yield GatewayProcess(url[0], process, output)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process, signal.SIGTERM, timeout_s=60)
         thread.join(timeout=5)
         if process.stdout is not None:
             process.stdout.close()

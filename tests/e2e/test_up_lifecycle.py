@@ -1,0 +1,51 @@
+"""`relax-gym up` stops every NeMo Gym server it started (by PID); unknown environments are a clear error."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from relax_gym_core.testing import start_up
+
+pytest.importorskip("relax_gym_workplace")
+
+
+def alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in status  # a zombie has exited
+
+
+def test_up_serves_and_stops_everything_it_started() -> None:
+    with start_up(["workplace_assistant"]) as gateway:
+        pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", "\n".join(gateway.output))]
+        assert len(pids) == 2  # the resources server and the agent
+        assert all(alive(pid) for pid in pids)
+        ready = httpx.get(f"{gateway.url}/readyz", trust_env=False, timeout=30).json()
+        assert ready["ready"] is True  # readiness includes the servers' own liveness
+        process = gateway.process
+    assert process.returncode is not None
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_unknown_environment_is_a_clear_error() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "relax_gym_core.cli", "up", "no_such_env", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "NEMO_GYM_CALLBACK_ALLOWED_NETWORKS": "127.0.0.1/32"},
+    )
+    assert result.returncode != 0
+    assert "no installed plugin provides environment 'no_such_env'" in result.stderr
+    assert "workplace_assistant" in result.stderr  # says what is installed
+    assert "Traceback" not in result.stderr
