@@ -9,6 +9,7 @@ request may have been delivered. Every attempt sends the same bytes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -17,6 +18,7 @@ from typing import Protocol
 
 import aiohttp
 import httpx
+import yarl
 from attrs import frozen
 
 from relax_gym_core.errors import UpstreamError
@@ -60,6 +62,12 @@ class UpstreamClient(Protocol):
     ) -> UpstreamReply: ...
 
     async def close(self) -> None: ...
+
+
+@functools.lru_cache(maxsize=16384)
+def _url(url: str) -> yarl.URL:
+    # Parsed once per trial's endpoint, not on every call (the URL was already validated and rebuilt).
+    return yarl.URL(url)
 
 
 class AiohttpUpstream:
