@@ -30,6 +30,7 @@ from relax_gym_core.testing import (
     reply_tool_calls,
     start_up,
 )
+from relax_gym_core.testing.oracle import OracleScript
 
 pytestmark = pytest.mark.anyio
 
@@ -211,3 +212,23 @@ async def test_two_hundred_sequential_trials_leave_no_sessions(
         health = (await http.get(f"{stack.url}/readyz")).json()
     assert (sessions["sessions"], sessions["rollouts"]) == (0, 0)
     assert health["active_trials"] == 0
+
+
+async def test_oracle_from_probes_solves_every_example_row(policy: Policy, stack: Any) -> None:
+    """The oracle policy `make demo` uses: each row's known-good probe output, replayed turn by turn."""
+    probes = make_plugin_manager().verifier_probes("workplace_assistant")
+    oracle = OracleScript(probes)
+    rows = example_rows()
+    assert len(oracle) == len(rows) == 5
+    tokens = [new_token() for _ in rows]
+    for token in tokens:
+        policy.behaviours[token] = oracle
+    snapshots = await asyncio.gather(
+        *(
+            run_trial(trial_request(policy, row, token=token), gateway_url=stack.url, options=OPTIONS)
+            for row, token in zip(rows, tokens, strict=True)
+        )
+    )
+    assert [snapshot.reward for snapshot in snapshots] == [1.0] * 5
+    ground_truth_calls = [len(row["ground_truth"]) for row in rows]
+    assert [snapshot.metrics["tool_calls"] for snapshot in snapshots] == ground_truth_calls
