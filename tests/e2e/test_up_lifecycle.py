@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,15 +25,16 @@ def alive(pid: int) -> bool:
     return "State:\tZ" not in status  # a zombie has exited
 
 
-def test_up_serves_and_stops_everything_it_started() -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_up_serves_and_stops_everything_it_started(stop: signal.Signals) -> None:
     with start_up(["workplace_assistant"]) as gateway:
         pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", "\n".join(gateway.output))]
         assert len(pids) == 2  # the resources server and the agent
         assert all(alive(pid) for pid in pids)
         ready = httpx.get(f"{gateway.url}/readyz", trust_env=False, timeout=30).json()
         assert ready["ready"] is True  # readiness includes the servers' own liveness
-        process = gateway.process
-    assert process.returncode is not None
+        gateway.process.send_signal(stop)
+        assert gateway.process.wait(timeout=120) != 0
     assert not any(alive(pid) for pid in pids)
 
 
