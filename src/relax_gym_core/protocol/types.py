@@ -129,6 +129,25 @@ def _check_protocol(_inst: object, _attr: attrs.Attribute[Any], value: object) -
         raise FieldError(f"Unsupported protocol_version: {value!r}; expected {PROTOCOL_VERSION!r}")
 
 
+_SHARED: dict[str, str] = {}
+_SHARED_MAX = 4096
+
+
+def _shared(value: Any) -> Any:
+    """One string object for values many trials repeat (version, environment, base URL, model...).
+
+    A bounded table, not sys.intern: interned strings live forever, and group ids keep coming. Never
+    used for secrets or per-trial ids.
+    """
+    if isinstance(value, str):
+        found = _SHARED.get(value)
+        if found is not None:
+            return found
+        if len(_SHARED) < _SHARED_MAX:
+            _SHARED[value] = value
+    return value
+
+
 def _to_float(value: Any) -> Any:
     # JSON integers are valid numbers; bools are not (validators reject them below).
     if isinstance(value, int) and not isinstance(value, bool):
@@ -147,8 +166,8 @@ class SessionInfo:
     """The Relax session the trial belongs to. session_id is a credential in practice: never printed."""
 
     session_id: str = field(repr=False, validator=_non_empty_str("session.session_id"))
-    group_id: str = field(validator=_non_empty_str("session.group_id"))
-    rollout_mode: str = field(validator=_non_empty_str("session.rollout_mode"))
+    group_id: str = field(converter=_shared, validator=_non_empty_str("session.group_id"))
+    rollout_mode: str = field(converter=_shared, validator=_non_empty_str("session.rollout_mode"))
     attempt: int = field(default=1, validator=_check_attempt)
 
 
@@ -156,8 +175,8 @@ class SessionInfo:
 class EnvironmentRef:
     """Which registered (environment, config) runs the task, and the task itself."""
 
-    name: str = field(validator=_non_empty_str("environment.name"))
-    config: str = field(validator=_non_empty_str("environment.config"))
+    name: str = field(converter=_shared, validator=_non_empty_str("environment.name"))
+    config: str = field(converter=_shared, validator=_non_empty_str("environment.config"))
     task: dict[str, Any] = field(validator=json_object("environment.task"))
 
 
@@ -165,9 +184,9 @@ class EnvironmentRef:
 class ModelEndpoint:
     """The trainer's per-session model API the bridge forwards model calls to."""
 
-    base_url: str = field(validator=_non_empty_str("model_endpoint.base_url"))
+    base_url: str = field(converter=_shared, validator=_non_empty_str("model_endpoint.base_url"))
     api_key: str = field(repr=False, validator=_non_empty_str("model_endpoint.api_key"))
-    model: str = field(validator=_non_empty_str("model_endpoint.model"))
+    model: str = field(converter=_shared, validator=_non_empty_str("model_endpoint.model"))
     api_key_header: str = field(
         default="Authorization", validator=_header_name("model_endpoint.api_key_header")
     )
@@ -213,7 +232,7 @@ class Generation:
 class CreateTrialRequest:
     """Body of POST /v1/trials."""
 
-    protocol_version: str = field(validator=_check_protocol)
+    protocol_version: str = field(converter=_shared, validator=_check_protocol)
     request_id: str = field(validator=_check_request_id)
     session: SessionInfo
     environment: EnvironmentRef
@@ -260,7 +279,7 @@ def check_artifact_ref(_inst: object, _attr: attrs.Attribute[Any], value: object
 class TrialSnapshot:
     """The public view of one trial (body of create, get and abort)."""
 
-    protocol_version: str = field(validator=_check_protocol)
+    protocol_version: str = field(converter=_shared, validator=_check_protocol)
     request_id: str = field(validator=_check_request_id)
     status: TrialStatus
     reward: float | dict[str, Any] | None = field(default=None, validator=check_reward)
