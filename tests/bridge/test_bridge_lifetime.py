@@ -43,3 +43,20 @@ def test_environment_proxies_are_ignored(
     response = httpx.post(url, json={"messages": []}, trust_env=False, timeout=60)
     assert response.status_code == 200
     assert len(policy.model_requests("chat/completions")) == 1
+
+
+def test_token_refresh_on_replay_is_used_by_later_calls(
+    gateway: Any, policy: ScriptedPolicy, make_body: Any
+) -> None:
+    body = make_body(
+        echo={"sleep_s": 600},
+        model_endpoint={"base_url": policy.base_url, "api_key": "token-before", "model": "m"},
+    )
+    assert gateway.http.post("/v1/trials", json=body).status_code == 202
+    refreshed = {**body, "model_endpoint": {**body["model_endpoint"], "api_key": "token-after"}}
+    assert gateway.http.post("/v1/trials", json=refreshed).status_code == 202  # same trial, not a conflict
+    rollout_id = gateway.rollout_id(body["request_id"])
+    url = f"{gateway.url}/ng-rollout/{rollout_id}/v1/chat/completions"
+    assert httpx.post(url, json={"messages": []}, trust_env=False, timeout=60).status_code == 200
+    assert [request.bearer for request in policy.model_requests("chat/completions")] == ["token-after"]
+    gateway.http.post(f"/v1/trials/{body['request_id']}/abort")

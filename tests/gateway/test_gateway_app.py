@@ -12,6 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from relax_gym_core.gateway import GatewaySettings, create_app, parse_environments
+from relax_gym_core.plugins import EnvironmentFailure
 from relax_gym_core.runtimes import (
     CLEANUP_CONFIRMED,
     CLEANUP_UNVERIFIED,
@@ -419,3 +420,25 @@ def test_invalid_run_result_fails_the_trial_not_the_poll(
     client.post("/v1/trials", json=body)
     done = wait_for(client, body["request_id"], terminal)
     assert (done["status"], done["error"], done["reward"]) == ("failed", {"code": "agent_error"}, None)
+
+
+class FailingHandle(ScriptedHandle):
+    async def wait(self) -> RunResult:
+        raise EnvironmentFailure("the verifier crashed", kind="verifier_error")
+
+
+class FailingRuntime(ScriptedRuntime):
+    async def start(self, context: RunContext) -> ScriptedHandle:
+        return FailingHandle(self)
+
+
+def test_infrastructure_failure_keeps_its_kind_and_no_reward(app_client: Any, make_body: Any) -> None:
+    client = app_client(
+        {"s": {"environment": "scripted", "runtime": "scripted"}},
+        runtime_factories={"scripted": lambda _spec: FailingRuntime()},
+    )
+    body = make_body(env="scripted", config="s")
+    client.post("/v1/trials", json=body)
+    done = wait_for(client, body["request_id"], terminal)
+    assert (done["status"], done["reward"]) == ("failed", None)
+    assert done["error"] == {"code": "agent_error", "kind": "verifier_error"}

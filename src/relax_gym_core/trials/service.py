@@ -197,7 +197,7 @@ class TrialService:
             result = await handle.wait()
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             logger.exception(
                 "trial run failed request_id=%s environment=%s config=%s",
                 request_id,
@@ -205,7 +205,10 @@ class TrialService:
                 trial.env[1],
             )
             self._supervisors.pop(request_id, None)
-            self._after_cancel(trial, self.book.begin_cancel(request_id, Cause.AGENT_ERROR))
+            # An EnvironmentFailure names its kind: an infrastructure failure, reported, never a reward of 0.
+            kind = getattr(exc, "kind", None)
+            detail = kind if isinstance(kind, str) else None
+            self._after_cancel(trial, self.book.begin_cancel(request_id, Cause.AGENT_ERROR, detail=detail))
             return
         if self.book.complete(request_id, result):
             outcome = await self._release(self._handles.pop(request_id, None))
