@@ -53,8 +53,8 @@ class EchoHandle:
         self._calls = 0
         self._client = client
         self._url = context.model_base_url
-        messages = context.request.environment.task.get("messages")
-        self._messages = messages if isinstance(messages, list) else []
+        messages = context.request.environment.task.get("messages") if self._model is not None else None
+        self._messages = messages if isinstance(messages, list) else []  # only runs that call a model keep it
 
     async def _call_model(self) -> None:
         assert self._model is not None

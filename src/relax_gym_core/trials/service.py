@@ -192,7 +192,7 @@ class TrialService:
             self._starts[request_id] = start
             handle = await asyncio.shield(start)
             self._handles[request_id] = handle
-            del self._starts[request_id], start, context  # nothing may pin them for the whole run
+            del self._starts[request_id], start, context, request  # nothing may pin them for the whole run
             self.book.drop_task(request_id)  # the runtime has the task now; keep the trial small
             result = await handle.wait()
         except asyncio.CancelledError:
