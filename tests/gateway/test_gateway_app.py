@@ -15,6 +15,7 @@ from relax_gym_core.gateway import GatewaySettings, create_app, parse_environmen
 from relax_gym_core.plugins import EnvironmentFailure
 from relax_gym_core.runtimes import (
     CLEANUP_CONFIRMED,
+    CLEANUP_FAILED,
     CLEANUP_UNVERIFIED,
     CleanupResult,
     RunContext,
@@ -442,3 +443,35 @@ def test_infrastructure_failure_keeps_its_kind_and_no_reward(app_client: Any, ma
     done = wait_for(client, body["request_id"], terminal)
     assert (done["status"], done["reward"]) == ("failed", None)
     assert done["error"] == {"code": "agent_error", "kind": "verifier_error"}
+
+
+class MixedCleanupHandle(ScriptedHandle):
+    """The runtime reports a failed abort, then only 'unverified': the failure must not be forgotten."""
+
+    async def abort(self) -> CleanupResult:
+        return CLEANUP_FAILED
+
+    async def force_cleanup(self) -> CleanupResult:
+        return CLEANUP_UNVERIFIED
+
+    async def probe_cleanup(self) -> CleanupResult:
+        return CLEANUP_UNVERIFIED
+
+
+class MixedCleanupRuntime(ScriptedRuntime):
+    async def start(self, context: RunContext) -> ScriptedHandle:
+        return MixedCleanupHandle(self)
+
+
+def test_a_failed_cleanup_step_is_reported_as_failed(app_client: Any, make_body: Any) -> None:
+    client = app_client(
+        {"s": {"environment": "scripted", "runtime": "scripted"}},
+        runtime_factories={"scripted": lambda _spec: MixedCleanupRuntime()},
+    )
+    body = make_body(env="scripted", config="s")
+    client.post("/v1/trials", json=body)
+    wait_for(client, body["request_id"], lambda s: s["status"] == "running")
+    client.post(f"/v1/trials/{body['request_id']}/abort")
+    done = wait_for(client, body["request_id"], terminal)
+    assert (done["status"], done["cleanup"]) == ("failed", "failed")
+    assert done["error"] == {"code": "cleanup_failed", "type": "CleanupError", "cause": "aborted"}

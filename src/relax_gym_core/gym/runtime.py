@@ -21,6 +21,8 @@ from relax_gym_core.bridge.payloads import CAPABILITY_TAG
 from relax_gym_core.plugins import Hooks
 from relax_gym_core.runtimes.base import (
     CLEANUP_CONFIRMED,
+    CLEANUP_FAILED,
+    CLEANUP_PROBE_FAILED,
     CLEANUP_UNVERIFIED,
     CleanupResult,
     RunContext,
@@ -29,9 +31,6 @@ from relax_gym_core.runtimes.base import (
 )
 
 logger = logging.getLogger("relax_gym.nemo_gym")
-
-_FAILED = CleanupResult(confirmed=False, error_code="cleanup_failed")
-_PROBE_FAILED = CleanupResult(confirmed=False, error_code="cleanup_probe_failed")
 
 
 class AgentRunError(RuntimeError):
@@ -65,7 +64,7 @@ class NemoGymRun:
         url = template.format(rollout_id=self._rollout_id)
         async with self._runtime.session.post(url, json={}) as response:
             await response.read()
-            return None if response.status < 400 else _FAILED
+            return None if response.status < 400 else CLEANUP_FAILED
 
     async def abort(self) -> CleanupResult:
         self._call.cancel()  # closes the connection; the agent's next model call then gets 410
@@ -93,9 +92,9 @@ class NemoGymRun:
             ) as response:
                 payload = await response.json(content_type=None) if response.status < 400 else None
         except (aiohttp.ClientError, ValueError):
-            return _PROBE_FAILED
+            return CLEANUP_PROBE_FAILED
         if not isinstance(payload, dict):
-            return _PROBE_FAILED
+            return CLEANUP_PROBE_FAILED
         return CLEANUP_CONFIRMED if payload.get("clean") is True else CLEANUP_UNVERIFIED
 
 

@@ -2,6 +2,8 @@
 
 from relax_gym_core.runtimes.base import (
     CLEANUP_CONFIRMED,
+    CLEANUP_FAILED,
+    CLEANUP_PROBE_FAILED,
     CLEANUP_UNVERIFIED,
     CleanupResult,
     RunContext,
@@ -13,6 +15,8 @@ from relax_gym_core.runtimes.echo import EchoRuntime
 
 __all__ = [
     "CLEANUP_CONFIRMED",
+    "CLEANUP_FAILED",
+    "CLEANUP_PROBE_FAILED",
     "CLEANUP_UNVERIFIED",
     "CleanupResult",
     "EchoRuntime",

@@ -54,6 +54,8 @@ class CleanupResult:
 
 CLEANUP_CONFIRMED = CleanupResult(confirmed=True)
 CLEANUP_UNVERIFIED = CleanupResult(confirmed=False, error_code="cleanup_unverified")
+CLEANUP_FAILED = CleanupResult(confirmed=False, error_code="cleanup_failed")
+CLEANUP_PROBE_FAILED = CleanupResult(confirmed=False, error_code="cleanup_probe_failed")
 
 
 class RunHandle(Protocol):

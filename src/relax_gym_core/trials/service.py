@@ -19,6 +19,7 @@ from relax_gym_core.errors import CapabilityUnavailableError
 from relax_gym_core.protocol import CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
 from relax_gym_core.runtimes.base import (
     CLEANUP_CONFIRMED,
+    CLEANUP_FAILED,
     CleanupResult,
     RunContext,
     RunHandle,
@@ -28,8 +29,6 @@ from relax_gym_core.trials.book import Cancel, TrialBook
 from relax_gym_core.trials.records import Cause, EnvKey, Phase, Trial
 
 logger = logging.getLogger("relax_gym.trials")
-
-_FAILED = CleanupResult(confirmed=False, error_code="cleanup_failed")
 
 
 @frozen(kw_only=True)
@@ -239,18 +238,20 @@ class TrialService:
             return await asyncio.wait_for(step(), self._grace)
         except Exception:
             logger.warning("cleanup step %s failed", getattr(step, "__name__", "?"), exc_info=True)
-            return _FAILED
+            return CLEANUP_FAILED
 
     async def _ladder(self, handle: RunHandle) -> CleanupResult:
-        """abort -> force_cleanup -> probe, each bounded by the grace; only a confirmation counts."""
+        """abort -> force_cleanup -> probe, each bounded by the grace; only a confirmation counts.
+
+        If any step failed and nothing confirmed, the outcome is cleanup_failed (not the last answer)."""
         failed = False
-        result = _FAILED
+        result = CLEANUP_FAILED
         for step in (handle.abort, handle.force_cleanup, handle.probe_cleanup):
             result = await self._step(step)
             if result.confirmed:
                 return result
-            failed = failed or result is _FAILED
-        return _FAILED if failed else result
+            failed = failed or result.error_code == CLEANUP_FAILED.error_code
+        return CLEANUP_FAILED if failed else result
 
     async def _release(self, handle: RunHandle | None) -> CleanupResult:
         """After a normal finish: prove the run's resources are gone (probe, else force + probe)."""
