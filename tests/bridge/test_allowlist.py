@@ -88,6 +88,8 @@ def test_proxy_requires_https() -> None:
         ([], ["10.0.0.0/8"], "http://u:p@127.0.0.1:3128", "user info"),
         ([], ["10.0.0.0/8"], "http://127.0.0.1:3128/path", "path"),
         ([], ["10.0.0.0/8"], "socks5://127.0.0.1:1080", "absolute http"),
+        ([], ["10.0.0.0/8"], "http://[::1", "absolute http"),  # malformed: a ConfigError, not a ValueError
+        ([], ["10.0.0.0/8"], "http://127.0.0.1:99999", "absolute http"),
     ],
 )
 def test_bad_allowlists_are_config_errors(

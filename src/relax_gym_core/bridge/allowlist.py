@@ -11,11 +11,11 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping, Sequence
-from urllib.parse import urlsplit
 
 from attrs import field, frozen
 
 from relax_gym_core.errors import CallbackURLRejectedError, ConfigError
+from relax_gym_core.protocol.types import split_http_url
 
 HOSTS_VAR = "NEMO_GYM_CALLBACK_ALLOWED_HOSTS"
 NETWORKS_VAR = "NEMO_GYM_CALLBACK_ALLOWED_NETWORKS"
@@ -71,8 +71,8 @@ class CallbackPolicy:
                 f"({HOSTS_VAR} / {NETWORKS_VAR}, or --callback-host / --callback-network)"
             )
         if proxy:
-            parts = urlsplit(proxy)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
+            parts = split_http_url(proxy)
+            if parts is None:
                 raise ConfigError(f"{PROXY_VAR} must be an absolute http(s) URL")
             if (
                 parts.username
@@ -117,12 +117,8 @@ class CallbackPolicy:
         problem = "model_endpoint.base_url"
         if _FORBIDDEN_CHARS.search(base_url):
             raise CallbackURLRejectedError(f"{problem} host is not in the callback allowlist")
-        try:
-            parts = urlsplit(base_url)
-            port = parts.port
-        except ValueError:
-            raise CallbackURLRejectedError(f"{problem} must be an absolute http(s) URL") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        parts = split_http_url(base_url)
+        if parts is None:
             raise CallbackURLRejectedError(f"{problem} must be an absolute http(s) URL")
         if self.proxy and parts.scheme != "https":
             raise CallbackURLRejectedError(f"{problem} must use https when the callback proxy is enabled")
@@ -130,12 +126,13 @@ class CallbackPolicy:
             raise CallbackURLRejectedError(f"{problem} must not contain user info")
         if parts.fragment or base_url.endswith("#"):
             raise CallbackURLRejectedError(f"{problem} must not contain a fragment")
-        host = parts.hostname
+        host = parts.hostname or ""  # never empty: split_http_url requires a host
         address = _ip_literal(host)
         if address is None and not _HOSTNAME_RE.fullmatch(host):
             raise CallbackURLRejectedError(f"{problem} host is not in the callback allowlist")
         if not self.allows_host(host):
             raise CallbackURLRejectedError(f"{problem} host is not in the callback allowlist")
+        port = parts.port
         shown_host = f"[{address.compressed}]" if isinstance(address, ipaddress.IPv6Address) else host
         netloc = shown_host if port is None else f"{shown_host}:{port}"
         query = f"?{parts.query}" if parts.query else ""

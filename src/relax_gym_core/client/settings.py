@@ -10,7 +10,6 @@ import math
 import re
 from collections.abc import Mapping
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import attrs
 from attrs import field, frozen
@@ -18,6 +17,7 @@ from attrs import field, frozen
 from relax_gym_core.client.exceptions import ClientConfigError
 from relax_gym_core.errors import ProtocolError
 from relax_gym_core.protocol import InterruptPolicy, jsonutil
+from relax_gym_core.protocol.types import split_http_url
 
 _INTEGER_RE: Final = re.compile(r"\s*\+?\d+\s*")
 
@@ -128,13 +128,8 @@ def _required(environ: Mapping[str, str], name: str, hint: str) -> str:
 
 def _url_var(environ: Mapping[str, str], name: str, hint: str, *, allow_userinfo: bool = True) -> str:
     value = _required(environ, name, hint).strip()
-    try:
-        parts = urlsplit(value)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-        _ = parts.port  # raises ValueError on a malformed port
-    except ValueError:
-        ok = False
-    if not ok:
+    parts = split_http_url(value)
+    if parts is None:
         raise ClientConfigError(f"{name} must be an absolute http:// or https:// URL")
     if parts.query or parts.fragment:
         raise ClientConfigError(f"{name} must not contain a query or fragment")

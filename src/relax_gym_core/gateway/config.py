@@ -11,13 +11,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from attrs import frozen
 
 from relax_gym_core.bridge.allowlist import CallbackPolicy
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.protocol import InterruptPolicy
+from relax_gym_core.protocol.types import split_http_url
 from relax_gym_core.trials import Admission
 
 ENVIRONMENTS_VAR = "NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON"
@@ -145,12 +145,7 @@ class _SpecReader:
 
 
 def _check_url(value: str, fail: Any) -> None:
-    try:
-        parts = urlsplit(value)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-    except ValueError:
-        ok = False
-    if not ok:
+    if split_http_url(value) is None:
         raise fail(f"must be an absolute http(s) URL (got {value!r})")
 
 

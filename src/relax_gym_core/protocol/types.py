@@ -10,7 +10,7 @@ import math
 import re
 from enum import StrEnum
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import attrs
 from attrs import field, frozen
@@ -53,6 +53,20 @@ class CleanupState(StrEnum):
     CONFIRMED = "confirmed"  # proven released, or nothing was ever allocated
     UNVERIFIED = "unverified"  # released as far as we can tell, but nothing proved it
     FAILED = "failed"  # the cleanup ladder raised or timed out
+
+
+def split_http_url(value: str) -> SplitResult | None:
+    """The parts of an absolute http(s) URL with a host and a valid port, or None (malformed URLs too).
+
+    The one place that says what an acceptable URL looks like; callers add their own rules (ports, user
+    info, allowlists) on top.
+    """
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # raises ValueError for a malformed or out-of-range port
+    except ValueError:
+        return None
+    return parts if parts.scheme in ("http", "https") and parts.hostname else None
 
 
 # ---- validators -------------------------------------------------------------------------------------
@@ -197,12 +211,8 @@ class ModelEndpoint:
 
     @base_url.validator
     def _check_base_url(self, _attr: attrs.Attribute[str], value: str) -> None:
-        try:
-            parts = urlsplit(value)
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-        except ValueError:
-            ok = False
-        if not ok:
+        parts = split_http_url(value)
+        if parts is None or parts.port == 0:
             raise FieldError("model_endpoint.base_url must be an absolute http(s) URL")
 
     @headers.validator
