@@ -43,19 +43,25 @@ class Session:
     """One managed-agent launch, as Relax does it: env vars, input file, output file, exit code."""
 
     def __init__(
-        self, root: Path, index: int, name: str, session_input: dict[str, Any], env: dict[str, str]
+        self,
+        root: Path,
+        index: int,
+        name: str,
+        session_input: dict[str, Any],
+        env: dict[str, str],
+        *,
+        session_suffix: str = "",
     ) -> None:
         self.name = name
         io_dir = root / f"session-{index}"
         io_dir.mkdir()
         (io_dir / "session_input.json").write_text(json.dumps(session_input))
         self.output = io_dir / "session_output.json"
-        suffix = env.pop("_suffix", "")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "relax_gym_core.client"],
             env={
                 **os.environ,
-                "RELAX_SESSION_ID": f"agentic_session_shard_0.session-demo{index:04d}{suffix}",
+                "RELAX_SESSION_ID": f"agentic_session_shard_0.session-demo{index:04d}{session_suffix}",
                 "RELAX_GROUP_ID": "demo:prepare_group_0",
                 "RELAX_ROLLOUT_MODE": "eval",
                 "RELAX_SESSION_IO_DIR": str(io_dir),
@@ -103,7 +109,7 @@ def echo_demo(root: Path) -> None:
                 i,
                 name,
                 {"messages": [{"role": "user", "content": name}], "metadata": {"echo": echo}},
-                dict(env),
+                env,
             )
             for i, (name, echo) in enumerate(ECHO_SESSIONS)
         ]
@@ -142,10 +148,17 @@ def workplace_demo(root: Path) -> None:
             converted = hooks.convert_row(WORKPLACE, dict(row))
             lazy = index == len(rows)
             name = f"row {row['id']} ({row['category'].removeprefix('workplace_assistant_')})"
-            session_env = {**env, "_suffix": LAZY} if lazy else dict(env)
             session_input = {"messages": converted["input"], "metadata": converted["metadata"]}
+            suffix = LAZY if lazy else ""
             sessions.append(
-                Session(root, 100 + index, name + (" lazy" if lazy else ""), session_input, session_env)
+                Session(
+                    root,
+                    100 + index,
+                    name + (" lazy" if lazy else ""),
+                    session_input,
+                    env,
+                    session_suffix=suffix,
+                )
             )
         for session in sessions:
             print("   ", session.report())
