@@ -100,6 +100,24 @@ async def test_trial_completes_with_the_echo_reward(gateway: GatewayProcess, mak
     }
 
 
+async def test_settled_waits_for_the_cleanup_verdict(
+    gateway: GatewayProcess, make_request: Any, tmp_path: Any
+) -> None:
+    running = make_request({"sleep_s": 60}, io_dir=str(tmp_path / "running"))
+    done = make_request({"reward": 0.5}, io_dir=str(tmp_path / "done"))
+    async with GatewayClient(gateway.url, options=FAST) as client:
+        with anyio.fail_after(SAFETY_S):
+            await client.create(running)
+            with pytest.raises(TimeoutError, match=running.request_id):
+                await client.settled(running.request_id, timeout_s=0.2)  # still running: no verdict yet
+            await client.abort(running.request_id)
+            aborted = await client.settled(running.request_id, timeout_s=SAFETY_S)
+            await run_trial(done, client=client)
+            completed = await client.settled(done.request_id, timeout_s=SAFETY_S)
+    assert (aborted.status.value, aborted.cleanup) == ("aborted", "confirmed")
+    assert (completed.status.value, completed.cleanup, completed.reward) == ("completed", "confirmed", 0.5)
+
+
 async def test_concurrent_trials_keep_their_own_results(
     gateway: GatewayProcess, make_request: Any, tmp_path: Any
 ) -> None:

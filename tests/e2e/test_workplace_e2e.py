@@ -133,12 +133,14 @@ async def test_scripted_trial_scores_one_and_feeds_tool_results_back(policy: Pol
     row = example_rows()[0]
     token = new_token()
     policy.behaviours[token] = solve_task_0("00000057")
-    snapshot = await run_trial(
-        trial_request(policy, row, token=token), gateway_url=stack.url, options=OPTIONS
-    )
-    assert snapshot.status.value == "completed"
-    assert snapshot.reward == 1.0
-    assert snapshot.cleanup is not None and snapshot.cleanup.value == "confirmed"
+    request = trial_request(policy, row, token=token)
+    async with GatewayClient(stack.url, options=OPTIONS) as client:
+        snapshot = await run_trial(request, client=client)
+        assert snapshot.status.value == "completed"
+        assert snapshot.reward == 1.0
+        # The status turns terminal first; the resources server's cleanup is proven just after.
+        settled = await client.settled(request.request_id, timeout_s=60)
+    assert settled.cleanup is not None and settled.cleanup.value == "confirmed"
     assert snapshot.metrics["tool_calls"] == 2
     seen = policy.requests_of(token)
     assert [tool_outputs(r) for r in seen] == [0, 1, 2]  # each tool result reached the next model call
@@ -189,13 +191,10 @@ async def test_abort_mid_trial_is_aborted_with_cleanup_confirmed(
         await policy.server.wait_for_requests_async(seen_before + 1)
         assert policy.requests_of(token)  # the agent is now waiting on its first model call
         await client.abort(request.request_id)
-        snapshot = await client.get(request.request_id)
-        while snapshot.cleanup is None or snapshot.cleanup.value == "pending":
-            await asyncio.sleep(0.05)
-            snapshot = await client.get(request.request_id)
+        snapshot = await client.settled(request.request_id, timeout_s=60)
     gate.open()
     assert (snapshot.status.value, snapshot.error, snapshot.reward) == ("aborted", {"code": "aborted"}, None)
-    assert snapshot.cleanup.value == "confirmed"
+    assert snapshot.cleanup == "confirmed"
 
 
 async def test_two_hundred_sequential_trials_leave_no_sessions(
@@ -205,8 +204,11 @@ async def test_two_hundred_sequential_trials_leave_no_sessions(
     async with GatewayClient(stack.url, options=OPTIONS) as client:
         for _ in range(200):
             token = new_token()  # no behaviour: the policy just answers "Done."
-            snapshot = await run_trial(trial_request(policy, row, token=token), client=client)
+            request = trial_request(policy, row, token=token)
+            snapshot = await run_trial(request, client=client)
             assert snapshot.reward == 0.0  # doing nothing does not solve the task
+            # The last trials' cleanups may still run when the loop ends: count sessions once all settled.
+            assert (await client.settled(request.request_id, timeout_s=60)).cleanup == "confirmed"
     async with httpx.AsyncClient(trust_env=False) as http:
         sessions = (await http.get(f"{resources_url}/relax_gym/sessions")).json()
         health = (await http.get(f"{stack.url}/readyz")).json()

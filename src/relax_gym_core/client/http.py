@@ -29,6 +29,7 @@ from relax_gym_core.client.exceptions import TrialGoneError
 from relax_gym_core.client.settings import ClientOptions
 from relax_gym_core.errors import GatewayRequestError, ProtocolError
 from relax_gym_core.protocol import (
+    CleanupState,
     CreateTrialRequest,
     ServiceHealth,
     TrialSnapshot,
@@ -145,6 +146,22 @@ class GatewayClient:
             "get", "GET", _trial_path(request_id), policy=self._policy(retry_until), trial_op=True
         )
         return parse_snapshot(self._json(response, "get"), request_id=request_id)
+
+    async def settled(self, request_id: str, *, timeout_s: float) -> TrialSnapshot:
+        """Poll until the trial is terminal and its cleanup is no longer pending; return that snapshot.
+
+        A trial's status turns terminal before its environment's cleanup is confirmed (the reward must not
+        wait on it); callers that need the proof, such as tests and resource audits, wait here. Raises
+        TimeoutError naming the trial when `timeout_s` passes first.
+        """
+        until = self.clock() + timeout_s
+        while True:
+            snapshot = await self.get(request_id, retry_until=until)
+            if snapshot.status.is_terminal and snapshot.cleanup not in (None, CleanupState.PENDING):
+                return snapshot
+            if self.clock() >= until:
+                raise TimeoutError(f"trial {request_id!r}: cleanup still pending after {timeout_s:g} s")
+            await self._sleep(self.options.poll_interval_s)
 
     async def renew(self, request_id: str, *, retry_until: float | None = None) -> None:
         await self._call(
