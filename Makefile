@@ -53,7 +53,7 @@ typecheck: env
 
 bench: env gym
 	$(PY) bench/lifecycle.py
-	$(PY) bench/bridge.py --clients aiohttp,httpx
+	$(PY) bench/bridge.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .gym

@@ -1,11 +1,18 @@
 """Bridge overhead: the same load against a scripted upstream directly and through the gateway's bridge.
 
-Three processes on 127.0.0.1: a minimal upstream (aiohttp.web, a fixed chat completion), the gateway
-(real uvicorn, echo trials holding live capabilities), and this driver. Reported per concurrency level:
-calls/s direct vs bridged, added p50/p99 latency, and the gateway's CPU per bridged call (from
-/proc/<pid>/stat), for each upstream HTTP client (aiohttp vs httpx) side by side.
+Three processes on 127.0.0.1: an upstream answering a fixed chat completion, the gateway (real uvicorn,
+echo trials holding live capabilities), and a closed-loop driver. Reported per concurrency level: calls/s
+direct vs bridged, added p50/p99 latency, and the gateway's CPU per bridged call (all its threads, from
+/proc/<pid>/stat), for each upstream HTTP client side by side.
 
-Run: .venv/bin/python bench/bridge.py [--levels 1,64,256,1024] [--seconds 3] [--clients aiohttp,httpx]
+Two drivers:
+- `python`: aiohttp drives and an aiohttp.web app answers. Always available, but on two cores the driver and
+  the upstream take CPU the gateway would otherwise have.
+- `wrk`: wrk drives and nginx answers (Debian: `apt-get install wrk nginx-light`), both C and cheap, so
+  bridged calls/s is close to the gateway's own ceiling. Used by default when both are on PATH.
+
+Run: .venv/bin/python bench/bridge.py [--levels 1,64,256,1024] [--seconds 3]
+                                      [--clients pyreqwest,aiohttp,httpx] [--driver auto|python|wrk]
 """
 
 from __future__ import annotations
@@ -15,14 +22,18 @@ import asyncio
 import itertools
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -30,6 +41,7 @@ from aiohttp import web
 from relax_gym_core.gym.processes import stop_process
 
 TRIALS = 64
+FLOOR = "floor"  # not a client: a zero-logic uvicorn + pyreqwest proxy, the ceiling for this stack
 REPLY = {
     "id": "chatcmpl-1",
     "object": "chat.completion",
@@ -53,6 +65,38 @@ def run_upstream() -> None:
     app = web.Application()
     app.router.add_post("/{tail:.*}", handle)
     web.run_app(app, host="127.0.0.1", port=int(os.environ["BENCH_PORT"]), print=None, access_log=None)
+
+
+def run_floor_proxy() -> None:
+    """The least any bridge on this stack can cost: uvicorn + pyreqwest forwarding bytes, no checks at all."""
+    from relax_gym_core.bridge import UPSTREAM_CLIENTS  # noqa: PLC0415
+    from relax_gym_core.gateway.server import bind, run  # noqa: PLC0415
+
+    target = os.environ["BENCH_UPSTREAM"] + "/agentic_api/v1/chat/completions"
+    headers = {"Authorization": "Bearer tok", "Content-Type": "application/json"}
+    holder: dict[str, Any] = {}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await receive()  # startup
+            holder["client"] = UPSTREAM_CLIENTS["pyreqwest"]()
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # shutdown
+            await holder["client"].close()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        reply = await holder["client"].post(target, headers=headers, body=body, timeout_s=60)
+        head = [(b"content-type", reply.content_type.encode())]
+        await send({"type": "http.response.start", "status": reply.status, "headers": head})
+        await send({"type": "http.response.body", "body": reply.body})
+
+    run(app, bind("127.0.0.1", 0))  # type: ignore[arg-type]
 
 
 def run_gateway() -> None:
@@ -86,6 +130,112 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {root}/nginx.pid;
+error_log {root}/error.log;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  client_body_temp_path {root}/body;
+  proxy_temp_path {root}/proxy;
+  fastcgi_temp_path {root}/fastcgi;
+  uwsgi_temp_path {root}/uwsgi;
+  scgi_temp_path {root}/scgi;
+  keepalive_requests 10000000;
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{ default_type application/json; return 200 '{reply}'; }}
+  }}
+}}
+"""
+
+# wrk posts REQUEST; bridged paths rotate over the trials' capabilities like the python driver's workers.
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.body = '{body}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer agent-side"
+local counter = 0
+request = function()
+  counter = counter + 1
+  if {bridged} then
+    return wrk.format(nil, string.format("/ng-rollout/%032x-0/v1/chat/completions", counter % {trials}))
+  end
+  return wrk.format(nil, "/agentic_api/v1/chat/completions")
+end
+"""
+
+
+def have_wrk() -> bool:
+    return shutil.which("wrk") is not None and shutil.which("nginx") is not None
+
+
+@contextmanager
+def nginx_upstream(port: int) -> Iterator[None]:
+    with tempfile.TemporaryDirectory(prefix="relax-gym-bench-") as root:
+        conf = Path(root, "nginx.conf")
+        conf.write_text(NGINX_CONF.format(root=root, port=port, reply=json.dumps(REPLY)))
+        proc = subprocess.Popen(
+            [shutil.which("nginx") or "nginx", "-c", str(conf), "-p", root], stderr=subprocess.DEVNULL
+        )
+        try:
+            yield
+        finally:
+            stop_process(proc, signal.SIGQUIT, timeout_s=30)
+
+
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def _seconds(text: str) -> float:
+    match = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
+    if match is None:
+        raise ValueError(f"unexpected wrk duration {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+@dataclass(frozen=True)
+class Load:
+    calls: int
+    seconds: float
+    p50_s: float
+    p99_s: float
+    errors: int
+
+
+def wrk_load(base_url: str, *, bridged: bool, concurrency: int, seconds: float) -> Load:
+    """One closed-loop wrk run; latency percentiles from --latency, errors = socket errors + non-2xx."""
+    script = WRK_SCRIPT.format(
+        body=json.dumps(REQUEST), bridged="true" if bridged else "false", trials=TRIALS
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".lua") as handle:
+        handle.write(script)
+        handle.flush()
+        duration = f"-d{max(1, round(seconds))}s"
+        out = subprocess.run(
+            [
+                "wrk", "-t1", f"-c{concurrency}", duration, "--timeout", "60s", "--latency",
+                "-s", handle.name, base_url,
+            ],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    if "Latency Distribution" not in out:
+        raise RuntimeError(f"wrk printed no latency figures:\n{out}")
+    calls = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors += int(non_2xx.group(1)) if non_2xx else 0
+    p50, p99 = (_seconds(m) for m in re.findall(r"^\s+(?:50|99)%\s+(\S+)\s*$", out, re.MULTILINE))
+    return Load(calls=calls - errors, seconds=seconds, p50_s=p50, p99_s=p99, errors=errors)
+
+
+def python_load(urls: list[str], concurrency: int, seconds: float) -> Load:
+    calls, latencies, errors = asyncio.run(load(urls, concurrency, seconds))
+    return Load(calls, seconds, pct(latencies, 0.5), pct(latencies, 0.99), errors)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -196,6 +346,7 @@ async def create_trials(gateway: str, upstream: str) -> None:
 
 @dataclass(frozen=True)
 class Level:
+    driver: str
     client: str
     concurrency: int
     direct_rps: float
@@ -207,45 +358,63 @@ class Level:
 
     def line(self) -> str:
         return (
-            f"{self.client:8} {self.concurrency:>5} {self.direct_rps:>9.0f} {self.bridge_rps:>9.0f} "
+            f"{self.driver:6} {self.client:9} {self.concurrency:>5} "
+            f"{self.direct_rps:>9.0f} {self.bridge_rps:>9.0f} "
             f"{self.added_p50_ms:>8.2f} {self.added_p99_ms:>8.2f} {self.gateway_cpu_ms_per_call:>15.3f} "
             f"{self.errors:>6}"
         )
 
 
 HEADER = (
-    f"{'client':8} {'conc':>5} {'direct/s':>9} {'bridge/s':>9} {'+p50 ms':>8} {'+p99 ms':>8} "
+    f"{'driver':6} {'client':9} {'conc':>5} {'direct/s':>9} {'bridge/s':>9} {'+p50 ms':>8} {'+p99 ms':>8} "
     f"{'gw CPU ms/call':>15} {'errors':>6}"
 )
 
 
-def measure(client: str, levels: list[int], seconds: float) -> list[Level]:
+def measure(client: str, levels: list[int], seconds: float, driver: str) -> list[Level]:
     port = free_port()
     upstream = f"http://127.0.0.1:{port}"
     rows = []
-    with process("upstream", {"BENCH_PORT": str(port)}):
+    serve_upstream = (
+        nginx_upstream(port) if driver == "wrk" else process("upstream", {"BENCH_PORT": str(port)})
+    )
+    with serve_upstream:
         asyncio.run(wait_http(f"{upstream}/agentic_api/v1/chat/completions"))
-        with process("gateway", {"BENCH_CLIENT": client}, "listening on") as (gw, line):
+        role = "floor" if client == FLOOR else "gateway"
+        env = {"BENCH_CLIENT": client, "BENCH_UPSTREAM": upstream}
+        with process(role, env, "listening on") as (gw, line):
             gateway = line.rsplit(" ", 1)[1]
-            asyncio.run(create_trials(gateway, upstream))
+            if role == "gateway":
+                asyncio.run(create_trials(gateway, upstream))
             bridged = [f"{gateway}/ng-rollout/{i:032x}-0/v1/chat/completions" for i in range(TRIALS)]
             direct = [f"{upstream}/agentic_api/v1/chat/completions"]
-            asyncio.run(load(bridged, 8, 0.5))  # warm up pools
+            # Warm up pools and the upstream client's threads before the first measured level.
+            if driver == "wrk":
+                wrk_load(gateway, bridged=True, concurrency=64, seconds=1)
+            else:
+                asyncio.run(load(bridged, 8, 0.5))
             for level in levels:
-                n_direct, lat_direct, err_direct = asyncio.run(load(direct, level, seconds))
+                if driver == "wrk":
+                    plain = wrk_load(upstream, bridged=False, concurrency=level, seconds=seconds)
+                else:
+                    plain = python_load(direct, level, seconds)
                 cpu_before = cpu_seconds(gw.pid)
-                n_bridge, lat_bridge, err_bridge = asyncio.run(load(bridged, level, seconds))
+                if driver == "wrk":
+                    via = wrk_load(gateway, bridged=True, concurrency=level, seconds=seconds)
+                else:
+                    via = python_load(bridged, level, seconds)
                 cpu = cpu_seconds(gw.pid) - cpu_before
                 rows.append(
                     Level(
+                        driver=driver,
                         client=client,
                         concurrency=level,
-                        direct_rps=n_direct / seconds,
-                        bridge_rps=n_bridge / seconds,
-                        added_p50_ms=(pct(lat_bridge, 0.5) - pct(lat_direct, 0.5)) * 1000,
-                        added_p99_ms=(pct(lat_bridge, 0.99) - pct(lat_direct, 0.99)) * 1000,
-                        gateway_cpu_ms_per_call=cpu / max(n_bridge, 1) * 1000,
-                        errors=err_direct + err_bridge,
+                        direct_rps=plain.calls / seconds,
+                        bridge_rps=via.calls / seconds,
+                        added_p50_ms=(via.p50_s - plain.p50_s) * 1000,
+                        added_p99_ms=(via.p99_s - plain.p99_s) * 1000,
+                        gateway_cpu_ms_per_call=cpu / max(via.calls + via.errors, 1) * 1000,
+                        errors=plain.errors + via.errors,
                     )
                 )
     return rows
@@ -253,10 +422,11 @@ def measure(client: str, levels: list[int], seconds: float) -> list[Level]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--role", choices=["upstream", "gateway"])
+    parser.add_argument("--role", choices=["upstream", "gateway", "floor"])
     parser.add_argument("--levels", default="1,64,256,1024")
     parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--clients", default="aiohttp,httpx")
+    parser.add_argument("--clients", default=f"pyreqwest,aiohttp,httpx,{FLOOR}")
+    parser.add_argument("--driver", choices=["auto", "python", "wrk"], default="auto")
     args = parser.parse_args()
     if args.role == "upstream":
         run_upstream()
@@ -264,9 +434,23 @@ def main() -> None:
     if args.role == "gateway":
         run_gateway()
         return
+    if args.role == "floor":
+        run_floor_proxy()
+        return
+    driver = args.driver
+    if driver == "auto":
+        driver = "wrk" if have_wrk() else "python"
+        if driver == "python":
+            print(
+                "wrk/nginx not found: using the python driver (apt-get install wrk nginx-light for the C one)"
+            )
+    elif driver == "wrk" and not have_wrk():
+        sys.exit(
+            "bench/bridge.py: --driver wrk needs wrk and nginx on PATH (apt-get install wrk nginx-light)"
+        )
     levels = [int(x) for x in args.levels.split(",")]
     clients = args.clients.split(",")
-    rows = [row for client in clients for row in measure(client, levels, args.seconds)]
+    rows = [row for client in clients for row in measure(client, levels, args.seconds, driver)]
     print(HEADER)
     for row in rows:
         print(row.line())

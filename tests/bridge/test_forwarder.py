@@ -169,8 +169,9 @@ async def test_transport_errors_are_not_replayed(make_forwarder: Any) -> None:
     assert (len(client.timeouts), fake.sleeps) == (1, [])
 
 
-async def test_blocked_answer_is_cut_by_the_budget(upstream: Upstream) -> None:
-    client = UPSTREAM_CLIENTS["aiohttp"]()
+@pytest.mark.parametrize("name", sorted(UPSTREAM_CLIENTS))
+async def test_blocked_answer_is_cut_by_the_budget(upstream: Upstream, name: str) -> None:
+    client = UPSTREAM_CLIENTS[name]()
     try:
         forwarder = Forwarder(client, callback_timeout_s=0.2)
         upstream.replies = [(200, "hang")]
@@ -178,3 +179,55 @@ async def test_blocked_answer_is_cut_by_the_budget(upstream: Upstream) -> None:
             await forwarder.forward(upstream.url, headers=HEADERS, body=BODY, remaining_s=30, label="t")
     finally:
         await client.close()
+
+
+def test_settings_know_every_upstream_client_and_refuse_others() -> None:
+    from relax_gym_core.errors import ConfigError  # noqa: PLC0415
+    from relax_gym_core.gateway.config import UPSTREAM_CLIENT_NAMES, GatewaySettings  # noqa: PLC0415
+
+    assert sorted(UPSTREAM_CLIENT_NAMES) == sorted(UPSTREAM_CLIENTS)
+    assert GatewaySettings(environments=()).upstream_client == "pyreqwest"
+    chosen = GatewaySettings.from_env((), {"RELAX_GYM_UPSTREAM_CLIENT": "httpx"})
+    assert chosen.upstream_client == "httpx"
+    with pytest.raises(
+        ConfigError, match="RELAX_GYM_UPSTREAM_CLIENT must be one of pyreqwest, aiohttp, httpx"
+    ):
+        GatewaySettings.from_env((), {"RELAX_GYM_UPSTREAM_CLIENT": "curl"})
+
+
+@pytest.mark.parametrize("name", sorted(UPSTREAM_CLIENTS))
+async def test_an_explicit_proxy_carries_the_call(name: str) -> None:
+    """With a proxy configured, the request goes to it in absolute form (and never straight to the origin)."""
+    seen: list[bytes] = []
+    reply = json.dumps({"ok": True}).encode()
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        seen.append(head.split(b"\r\n", 1)[0])
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (len(reply), reply)
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    with socket.socket() as sock:  # an origin nobody listens on: only the proxy can answer
+        sock.bind(("127.0.0.1", 0))
+        origin = f"http://127.0.0.1:{sock.getsockname()[1]}/agentic_api/v1/chat/completions"
+    client = UPSTREAM_CLIENTS[name](proxy=f"http://127.0.0.1:{port}")
+    try:
+        answer = await client.post(origin, headers=HEADERS, body=BODY, timeout_s=30)
+    finally:
+        await client.close()
+        server.close()
+        await server.wait_closed()
+    assert (answer.status, json.loads(answer.body)) == (200, {"ok": True})
+    assert seen == [f"POST {origin} HTTP/1.1".encode()]

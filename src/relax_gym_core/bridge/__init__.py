@@ -8,6 +8,7 @@ from relax_gym_core.bridge.upstream import (
     AiohttpUpstream,
     Forwarder,
     HttpxUpstream,
+    PyreqwestUpstream,
     UpstreamClient,
     UpstreamReply,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "CallbackPolicy",
     "Forwarder",
     "HttpxUpstream",
+    "PyreqwestUpstream",
     "UpstreamClient",
     "UpstreamReply",
     "upstream_url",

@@ -19,6 +19,7 @@ from attrs import frozen
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from relax_gym_core.bridge.allowlist import CallbackPolicy, upstream_url
 from relax_gym_core.bridge.payloads import capability_from_body, repair_responses, upstream_body
@@ -63,6 +64,32 @@ def _sse_error(resource: str, message: str, payload: Any = None) -> bytes:
     return b"data: " + jsonutil.dumps(body) + b"\n\n"
 
 
+_PREFIX = "/ng-rollout/"
+_MODEL_PATHS = {f"v1/{resource}": resource for resource in RESOURCES}
+
+
+def match_model_call(path: str) -> tuple[str | None, str] | None:
+    """(rollout_id or None, resource) for a model-call path, else None: the routes in Bridge.routes()."""
+    if path.startswith(_PREFIX):
+        rollout_id, _, tail = path[len(_PREFIX) :].partition("/")
+        resource = _MODEL_PATHS.get(tail)
+        return (rollout_id, resource) if rollout_id and resource else None
+    resource = _MODEL_PATHS.get(path[1:])
+    return (None, resource) if resource else None
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body, or None when the client went away first."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 class Bridge:
     def __init__(
         self,
@@ -92,15 +119,41 @@ class Bridge:
 
     def _endpoint(self, resource: str) -> Any:
         async def endpoint(request: Request) -> Response:
-            return await self.handle(request, resource)
+            return await self.handle(await request.body(), request.path_params.get("rollout_id"), resource)
 
         return endpoint
 
-    async def handle(self, request: Request, resource: str) -> Response:
-        body = jsonutil.loads(await request.body())
+    def middleware(self, app: ASGIApp) -> ASGIApp:
+        """ASGI middleware that answers model calls before Starlette's routing and Request objects.
+
+        Every model turn of every trial crosses here, so this is the gateway's hottest path; routing a
+        call through Starlette cost about as much CPU as the rest of the bridge (bench/bridge.py). Other
+        requests, and model-call paths with a method other than POST, go on to `app` (whose routes answer
+        the same paths identically, so 405s and the like stay Starlette's).
+        """
+
+        async def bridge_first(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http" and scope["method"] == "POST":
+                target = match_model_call(scope["path"])
+                if target is not None:
+                    raw_body = await _read_body(receive)
+                    if raw_body is None:
+                        return  # nobody is left to answer
+                    try:
+                        response = await self.handle(raw_body, *target)
+                    except RelaxGymError as exc:
+                        response = error_response(exc)
+                    await response(scope, receive, send)
+                    return
+            await app(scope, receive, send)
+
+        return bridge_first
+
+    async def handle(self, raw_body: bytes, rollout_id: str | None, resource: str) -> Response:
+        body = jsonutil.loads(raw_body)
         if not isinstance(body, dict):
             raise ProtocolError("Callback body must be a JSON object")
-        rollout_id = request.path_params.get("rollout_id") or capability_from_body(body)
+        rollout_id = rollout_id or capability_from_body(body)
         if rollout_id is None:
             raise TrialNotFoundError(_NO_CAPABILITY)
         if not body.get("stream"):

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -224,6 +225,7 @@ def create_app(
             Exception: handle_unexpected,
         },
         lifespan=lifespan,
+        middleware=[Middleware(bridge.middleware)] if bridge is not None else [],
     )
     app.state.gateway = gateway
     app.state.openapi = build_openapi()

@@ -20,6 +20,9 @@ from relax_gym_core.protocol import InterruptPolicy
 from relax_gym_core.protocol.types import split_http_url
 from relax_gym_core.trials import Admission
 
+# Names of relax_gym_core.bridge.UPSTREAM_CLIENTS, kept here so reading settings imports no HTTP client.
+UPSTREAM_CLIENT_NAMES = ("pyreqwest", "aiohttp", "httpx")
+
 ENVIRONMENTS_VAR = "NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON"
 _SPEC_KEYS = frozenset(
     {
@@ -256,7 +259,7 @@ class GatewaySettings:
     gym_commit: str = "unknown"
     # The bridge runs only with an allowlist; without one the gateway makes no outgoing model calls.
     callback_policy: CallbackPolicy | None = None
-    upstream_client: str = "aiohttp"
+    upstream_client: str = "pyreqwest"
     keepalive_s: float = 15.0
     # This gateway's own base URL, for runs that call their model through the bridge.
     public_url: str | None = None
@@ -270,9 +273,10 @@ class GatewaySettings:
         callback_policy: CallbackPolicy | None = None,
         public_url: str | None = None,
     ) -> GatewaySettings:
-        client = environ.get("RELAX_GYM_UPSTREAM_CLIENT", "aiohttp")
-        if client not in ("aiohttp", "httpx"):
-            raise ConfigError(f"RELAX_GYM_UPSTREAM_CLIENT must be aiohttp or httpx (got {client!r})")
+        client = environ.get("RELAX_GYM_UPSTREAM_CLIENT", "pyreqwest")
+        if client not in UPSTREAM_CLIENT_NAMES:
+            names = ", ".join(UPSTREAM_CLIENT_NAMES)
+            raise ConfigError(f"RELAX_GYM_UPSTREAM_CLIENT must be one of {names} (got {client!r})")
         return cls(
             environments=environments,
             callback_policy=callback_policy,

@@ -1,0 +1,98 @@
+"""The model-call fast path (an ASGI middleware in front of Starlette's router) answers exactly the bridge's
+routes, and leaves everything else, including other methods on those paths, to the router."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+from starlette.routing import Route
+
+from relax_gym_core.bridge.routes import RESOURCES, match_model_call
+from relax_gym_core.testing import ScriptedPolicy, reply_text
+
+from .conftest import AGENT_KEY, BridgeGateway
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/ng-rollout/abc-0/v1/chat/completions", ("abc-0", "chat/completions")),
+        ("/ng-rollout/abc-0/v1/responses", ("abc-0", "responses")),
+        ("/ng-rollout/abc-0/v1/messages", ("abc-0", "messages")),
+        ("/v1/chat/completions", (None, "chat/completions")),
+        ("/v1/responses", (None, "responses")),
+        ("/v1/messages", (None, "messages")),
+        ("/ng-rollout//v1/messages", None),  # no capability in the path
+        ("/ng-rollout/abc-0/v1/messages/", None),
+        ("/ng-rollout/abc-0/v1/completions", None),
+        ("/ng-rollout/abc-0/api/hello", None),
+        ("/ng-rollout/a/b/v1/messages", None),
+        ("/v1/trials", None),
+        ("/v1/chat/completions/x", None),
+        ("/", None),
+    ],
+)
+def test_match_model_call(path: str, expected: tuple[str | None, str] | None) -> None:
+    assert match_model_call(path) == expected
+
+
+def test_fast_path_and_router_agree(gateway: BridgeGateway) -> None:
+    """The fast path takes every POST route of the bridge, with the same parameters, and no other route."""
+    taken = []
+    for route in gateway.app.routes:
+        if not isinstance(route, Route) or "POST" not in (route.methods or ()):
+            continue
+        concrete = route.path.replace("{rollout_id}", "r-1").replace("{request_id}", "t-1")
+        matched = match_model_call(concrete)
+        is_model_call = any(route.path.endswith("/v1/" + resource) for resource in RESOURCES)
+        assert (matched is not None) == is_model_call, route.path
+        if matched is not None:
+            rollout_id, resource = matched
+            assert concrete.endswith("/v1/" + resource)
+            assert rollout_id == ("r-1" if "{rollout_id}" in route.path else None)
+            taken.append(route.path)
+    assert len(taken) == 2 * len(RESOURCES)
+
+
+def test_other_methods_still_reach_the_router(gateway: BridgeGateway) -> None:
+    answer = gateway.http.get("/ng-rollout/r-1/v1/chat/completions")
+    assert answer.status_code == 405
+    assert answer.json() == {"detail": "Method Not Allowed"}
+    assert gateway.http.get("/ng-rollout/r-1/api/hello").status_code == 200
+
+
+def test_bad_bodies_get_the_error_table(gateway: BridgeGateway, policy: ScriptedPolicy) -> None:
+    trial = gateway.create_trial(policy.base_url)
+    path = f"/ng-rollout/{trial.rollout_id}/v1/chat/completions"
+    headers = {"Authorization": f"Bearer {AGENT_KEY}", "Content-Type": "application/json"}
+    not_json = gateway.http.post(path, content=b"{nope", headers=headers)
+    assert not_json.status_code == 400
+    assert "detail" in not_json.json()
+    not_object = gateway.http.post(path, content=b"[1, 2]", headers=headers)
+    assert (not_object.status_code, not_object.json()) == (
+        422,
+        {"detail": "Callback body must be a JSON object"},
+    )
+    unknown = gateway.http.post("/ng-rollout/no-such-trial/v1/chat/completions", json={}, headers=headers)
+    assert unknown.status_code == 410
+    assert unknown.headers["x-should-retry"] == "false"
+    assert policy.requests == []  # none of these went upstream
+
+
+def test_a_client_that_leaves_mid_body_costs_nothing(gateway: BridgeGateway, policy: ScriptedPolicy) -> None:
+    trial = gateway.create_trial(policy.base_url)
+    host, port = gateway.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as sock:
+        head = (
+            f"POST /ng-rollout/{trial.rollout_id}/v1/chat/completions HTTP/1.1\r\n"
+            f"Host: {host}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b'{"model": "m", "messages": [')  # then hang up
+    policy.enqueue(reply_text("still serving"))
+    answer: Any = gateway.openai_client(trial.rollout_id).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert answer.choices[0].message.content == "still serving"
+    assert len(policy.requests) == 1  # the abandoned call never went upstream
