@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-WEB = ("starlette", "uvicorn", "aiohttp", "relax_gym_core.gateway", "relax_gym_core.bridge")
+WEB = ("starlette", "uvicorn", "aiohttp", "pyreqwest", "relax_gym_core.gateway", "relax_gym_core.bridge")
 HEAVY = ("torch", "sglang", "megatron")
 
 
@@ -21,6 +21,7 @@ HEAVY = ("torch", "sglang", "megatron")
         ("relax_gym_core.trials.book", (*WEB, "httpx", *HEAVY)),
         ("relax_gym_core.trials", ("starlette", "uvicorn", "relax_gym_core.gateway", *HEAVY)),
         ("relax_gym_core.plugins", (*WEB, *HEAVY)),
+        ("relax_gym_core.observe", (*WEB, "httpx", *HEAVY)),
     ],
 )
 def test_module_imports_stay_light(module: str, forbidden: tuple[str, ...]) -> None:

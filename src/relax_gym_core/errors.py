@@ -94,6 +94,10 @@ class CallbackURLRejectedError(CallbackError):
 class UpstreamError(CallbackError):
     """The upstream model API failed (transport, budget, or a non-JSON answer)."""
 
+    def __init__(self, message: str, *, attempts: int = 0) -> None:
+        super().__init__(message)
+        self.attempts = attempts  # upstream attempts made before giving up (for observers)
+
 
 class ConfigError(RelaxGymError, ValueError):
     """Configuration is invalid; the message names the key and the source."""

@@ -139,14 +139,14 @@ def gateway_factory(make_body: Any) -> Iterator[Callable[..., BridgeGateway]]:
     """Start gateways (settings overrides as keywords); all are stopped after the test."""
     with contextlib.ExitStack() as stack:
 
-        def make(**overrides: Any) -> BridgeGateway:
+        def make(*, observers: tuple[Any, ...] = (), **overrides: Any) -> BridgeGateway:
             settings = GatewaySettings(
                 environments=parse_environments(json.dumps(ECHO_SPECS), source="test"),
                 callback_policy=CallbackPolicy.parse(hosts=[], networks=["127.0.0.1/32"], proxy=None),
                 public_url=None,
                 **{"scan_interval_s": 0.05, "cleanup_grace_s": 5, **overrides},
             )
-            app = create_app(settings)
+            app = create_app(settings, observers=observers)
             server = stack.enter_context(serve_in_thread(app))
             bridge_gateway = BridgeGateway(server, app, make_body)
             stack.callback(bridge_gateway.close)  # runs before its server stops

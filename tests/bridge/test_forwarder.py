@@ -112,7 +112,7 @@ async def test_retries_5xx_with_backoff_and_identical_bytes(upstream: Upstream, 
     forwarder, fake, client = make_forwarder(callback_timeout_s=600)
     upstream.replies = [(500, {}), (502, "<html>proxy</html>"), (503, {}), (504, {})]
     reply = await forwarder.forward(upstream.url, headers=HEADERS, body=BODY, remaining_s=30, label="t")
-    assert reply.status == 200
+    assert (reply.status, reply.attempts) == (200, 5)
     assert fake.sleeps == [1, 2, 4, 8]
     assert len(upstream.seen) == 5
     assert {body for body, _ in upstream.seen} == {BODY}
@@ -151,8 +151,9 @@ async def test_rendering_error_is_never_replayed(upstream: Upstream, make_forwar
 async def test_retries_share_one_budget(upstream: Upstream, make_forwarder: Any) -> None:
     forwarder, fake, client = make_forwarder(callback_timeout_s=5)
     upstream.default = (503, {})
-    with pytest.raises(UpstreamError, match="deadline exceeded"):
+    with pytest.raises(UpstreamError, match="deadline exceeded") as caught:
         await forwarder.forward(upstream.url, headers=HEADERS, body=BODY, remaining_s=30, label="t")
+    assert caught.value.attempts == 3
     assert client.timeouts == [5, 4, 2]
     assert fake.sleeps == [1, 2, 2]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,9 +32,10 @@ from relax_gym_core.errors import (
     TrialNotFoundError,
     UpstreamError,
 )
+from relax_gym_core.observe import CallbackOutcome, Observers
 from relax_gym_core.protocol import jsonutil
-from relax_gym_core.trials import TrialService
-from relax_gym_core.web import error_response, json_response
+from relax_gym_core.trials import CallbackTarget, TrialService
+from relax_gym_core.web import error_response, json_response, status_for
 
 logger = logging.getLogger("relax_gym.bridge")
 
@@ -98,8 +100,10 @@ class Bridge:
         forwarder: Forwarder,
         *,
         keepalive_s: float = 15.0,
+        observers: Observers | None = None,
     ) -> None:
         self._service = service
+        self._observers = observers or Observers()
         self._policy = policy
         self.forwarder = forwarder
         self._keepalive_s = keepalive_s
@@ -166,6 +170,8 @@ class Bridge:
     # ---- one call -----------------------------------------------------------------------------------
 
     async def _call(self, rollout_id: str, resource: str, body: dict[str, Any]) -> _Answer:
+        started = time.monotonic()
+        target: CallbackTarget | None = None
         try:
             async with self._service.callback(rollout_id) as (target, scope):
                 endpoint = target.endpoint
@@ -188,11 +194,35 @@ class Bridge:
                         remaining_s=target.remaining_s,
                         label=label,
                     )
-                if reply is None:
-                    return _Answer(error=CapabilityUnavailableError("callback capability is unavailable"))
-                return _Answer(reply=reply)
+            answer = (
+                _Answer(reply=reply)
+                if reply is not None
+                else _Answer(error=CapabilityUnavailableError("callback capability is unavailable"))
+            )
         except (CapabilityUnavailableError, UpstreamError) as exc:
-            return _Answer(error=exc)
+            answer = _Answer(error=exc)
+        if self._observers:
+            self._observe(target, resource, answer, time.monotonic() - started)
+        return answer
+
+    def _observe(self, target: CallbackTarget | None, resource: str, answer: _Answer, seconds: float) -> None:
+        environment, config = target.env if target is not None else ("", "")
+        if answer.reply is not None:
+            status, attempts = answer.reply.status, answer.reply.attempts
+        else:
+            status = status_for(answer.error) if answer.error is not None else 500
+            attempts = answer.error.attempts if isinstance(answer.error, UpstreamError) else 0
+        self._observers.callback(
+            CallbackOutcome(
+                request_id=target.request_id if target is not None else "",
+                environment=environment,
+                config=config,
+                resource=resource,
+                status=status,
+                attempts=attempts,
+                seconds=seconds,
+            )
+        )
 
     def _decode(self, resource: str, request_body: dict[str, Any], reply: UpstreamReply) -> Any:
         """The upstream JSON object (repaired for Responses), or UpstreamError."""

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Protocol
 
 import aiohttp
+import attrs
 import httpx
 import pyreqwest.exceptions as pyreqwest_errors
 import yarl
@@ -47,6 +48,7 @@ class UpstreamReply:
     content_type: str
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
+    attempts: int = 1  # set by the Forwarder when 5xx answers were retried
 
 
 def _passed(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -250,18 +252,23 @@ class Forwarder:
         while True:
             left = deadline - self._clock()
             if left <= 0:
-                raise UpstreamError("Upstream model callback deadline exceeded")
+                raise UpstreamError("Upstream model callback deadline exceeded", attempts=attempt)
             try:
                 reply = await self.client.post(url, headers=headers, body=body, timeout_s=left)
             except UpstreamTimeoutError:
                 logger.warning("model callback deadline exceeded %s attempt=%d", label, attempt + 1)
-                raise UpstreamError("Upstream model callback deadline exceeded") from None
+                raise UpstreamError(
+                    "Upstream model callback deadline exceeded", attempts=attempt + 1
+                ) from None
             except UpstreamTransportError as exc:
                 logger.warning("model callback transport failed %s error=%s (not retried)", label, exc)
-                raise UpstreamError("Upstream model callback transport failed") from None
+                raise UpstreamError(
+                    "Upstream model callback transport failed", attempts=attempt + 1
+                ) from None
             if reply.status not in RETRY_STATUSES or is_rendering_error(reply.body):
                 if attempt:
                     logger.info("model callback finished after retries %s attempts=%d", label, attempt + 1)
+                    return attrs.evolve(reply, attempts=attempt + 1)
                 return reply
             wait = min(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)], deadline - self._clock())
             logger.warning(
@@ -272,6 +279,6 @@ class Forwarder:
                 wait,
             )
             if wait <= 0:
-                raise UpstreamError("Upstream model callback deadline exceeded")
+                raise UpstreamError("Upstream model callback deadline exceeded", attempts=attempt + 1)
             await self._sleep(wait)
             attempt += 1

@@ -6,7 +6,7 @@ import contextlib
 import hashlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -20,6 +20,7 @@ from relax_gym_core.errors import ConfigError, RelaxGymError
 from relax_gym_core.gateway.config import EnvironmentSpec, GatewaySettings
 from relax_gym_core.gateway.openapi import build_openapi
 from relax_gym_core.gym.runtime import CleanupURLs, NemoGymRuntime
+from relax_gym_core.observe import Observer, Observers
 from relax_gym_core.plugins import Hooks, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, ServiceHealth, parse_create_request, unstructure
 from relax_gym_core.protocol.jsonutil import canonical
@@ -151,11 +152,14 @@ def create_app(
     store: TrialStore | None = None,
     new_rollout_id: Callable[[], str] | None = None,
     hooks: Hooks | None = None,
+    observers: Sequence[Observer] = (),
 ) -> Starlette:
     """Build the gateway. Raises ConfigError before anything starts if a spec names an unknown runtime.
 
     `hooks` (installed plugins) shape NeMo Gym /run bodies and results; without it the reference rules apply.
+    `observers` see every trial transition and every bridged model call (relax_gym_core.observe).
     """
+    fan_out = Observers(observers)
     hooks = hooks if hooks is not None else make_plugin_manager(load_entry_points=False)
     factories = {**_builtin_runtimes(hooks), **(runtime_factories or {})}
     runtimes: dict[tuple[str, str], Runtime] = {}
@@ -174,6 +178,7 @@ def create_app(
         retention_s=settings.retention_s,
         max_retained=settings.max_retained,
         new_rollout_id=new_rollout_id,
+        observers=fan_out,
     )
     policy = settings.callback_policy
     public_url = settings.public_url
@@ -189,7 +194,7 @@ def create_app(
     )
     gateway = Gateway(settings, service)
     bridge = (
-        Bridge(service, policy, Forwarder(_NoUpstream()), keepalive_s=settings.keepalive_s)
+        Bridge(service, policy, Forwarder(_NoUpstream()), keepalive_s=settings.keepalive_s, observers=fan_out)
         if policy
         else None
     )

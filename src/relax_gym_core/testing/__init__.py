@@ -8,6 +8,7 @@ from relax_gym_core.testing.contract import (
     check_registration,
     check_result_mapping,
 )
+from relax_gym_core.testing.observer import RecordingObserver
 from relax_gym_core.testing.policy import (
     ErrorReply,
     Gate,
@@ -37,6 +38,7 @@ __all__ = [
     "ModelReply",
     "RawReply",
     "RecordedRequest",
+    "RecordingObserver",
     "ScriptedPolicy",
     "ScriptedReply",
     "ThreadedServer",

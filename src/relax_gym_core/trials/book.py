@@ -34,6 +34,7 @@ from relax_gym_core.errors import (
     TrialExpiredError,
     TrialNotFoundError,
 )
+from relax_gym_core.observe import Observers, Transition, TrialEvent
 from relax_gym_core.protocol import (
     PROTOCOL_VERSION,
     CleanupState,
@@ -94,8 +95,10 @@ class TrialBook:
         fingerprint_key: bytes | None = None,
         new_rollout_id: Callable[[], str] | None = None,
         retry_after_s: float = 1.0,
+        observers: Observers | None = None,
     ) -> None:
         self._clock = clock
+        self._observers = observers or Observers()
         self._store = store
         self._envs = {key: _EnvState(admission) for key, admission in environments.items()}
         self._retention_s = retention_s
@@ -208,6 +211,7 @@ class TrialBook:
         self._arm(trial.lease_expires_at, trial.request_id)
         self.created_total += 1
         self.active += 1
+        self._emit(TrialEvent.QUEUED, trial)
         return trial, True
 
     def renew(self, request_id: str) -> Cancel | None:
@@ -251,6 +255,7 @@ class TrialBook:
                 state.running += 1
                 state.slots_held += 1
                 started.append(trial)
+                self._emit(TrialEvent.RUNNING, trial)
         return started
 
     # ---- finishing ----------------------------------------------------------------------------------
@@ -284,6 +289,7 @@ class TrialBook:
             return Cancel.FINISHED
         trial.phase = Phase.CANCELLING
         self._envs[trial.env].running -= 1
+        self._emit(TrialEvent.CANCELLING, trial)
         return Cancel.NEEDS_CLEANUP
 
     def finish_cleanup(self, request_id: str, outcome: CleanupResult) -> bool:
@@ -321,6 +327,7 @@ class TrialBook:
         trial.finished_at = self._clock()
         self._capabilities.pop(trial.rollout_id, None)
         self.active -= 1
+        self._emit(TrialEvent.TERMINAL, trial)
 
     def _settle(self, trial: Trial, state: CleanupState) -> None:
         trial.cleanup = state
@@ -328,6 +335,25 @@ class TrialBook:
             trial.holds_slot = False
             self._envs[trial.env].slots_held -= 1
         self._finished.append((self._clock(), trial.request_id))
+        self._emit(TrialEvent.SETTLED, trial)
+
+    def _emit(self, event: TrialEvent, trial: Trial) -> None:
+        if not self._observers:
+            return
+        now = self._clock()
+        environment, config = trial.env
+        self._observers.transition(
+            Transition(
+                event=event,
+                request_id=trial.request_id,
+                environment=environment,
+                config=config,
+                status=trial.status,
+                cleanup=trial.cleanup,
+                at=now,
+                age_s=now - trial.created_at,
+            )
+        )
 
     # ---- time ---------------------------------------------------------------------------------------
 

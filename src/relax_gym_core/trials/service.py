@@ -36,6 +36,7 @@ class CallbackTarget:
     """What the bridge needs to forward one model call of a trial."""
 
     request_id: str
+    env: EnvKey
     endpoint: ModelEndpoint
     generation: Generation
     remaining_s: float
@@ -144,6 +145,7 @@ class TrialService:
         assert request is not None  # active trials keep their request
         target = CallbackTarget(
             request_id=trial.request_id,
+            env=trial.env,
             endpoint=request.model_endpoint,
             generation=request.generation,
             remaining_s=trial.deadline_at - self.book.now(),
