@@ -96,3 +96,14 @@ def test_a_client_that_leaves_mid_body_costs_nothing(gateway: BridgeGateway, pol
     )
     assert answer.choices[0].message.content == "still serving"
     assert len(policy.requests) == 1  # the abandoned call never went upstream
+
+
+def test_a_long_context_crosses_the_bridge_whole(gateway: BridgeGateway, policy: ScriptedPolicy) -> None:
+    trial = gateway.create_trial(policy.base_url)
+    policy.enqueue(reply_text("read it all"))
+    long_turn = "x" * 5_000_000  # a long agent context arrives in many receive() chunks
+    answer = gateway.openai_client(trial.rollout_id).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": long_turn}]
+    )
+    assert answer.choices[0].message.content == "read it all"
+    assert policy.requests[0].body["messages"][0]["content"] == long_turn

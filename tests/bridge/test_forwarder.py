@@ -41,7 +41,7 @@ class Upstream:
 @pytest.fixture
 async def upstream() -> AsyncIterator[Upstream]:
     server = Upstream()
-    app = web.Application()
+    app = web.Application(client_max_size=64 * 1024 * 1024)  # long agent contexts
     app.router.add_post("/{tail:.*}", server.handle)
     runner = web.AppRunner(app)
     await runner.setup()
@@ -232,3 +232,14 @@ async def test_an_explicit_proxy_carries_the_call(name: str) -> None:
         await server.wait_closed()
     assert (answer.status, json.loads(answer.body)) == (200, {"ok": True})
     assert seen == [f"POST {origin} HTTP/1.1".encode()]
+
+
+async def test_large_bodies_cross_whole(upstream: Upstream, make_forwarder: Any) -> None:
+    """Long agent contexts go up and long answers (token ids, logprobs) come back without a size cap."""
+    forwarder, _, _ = make_forwarder()
+    big_answer = {"choices": [{"text": "y" * 8_000_000}]}
+    upstream.replies = [(200, big_answer)]
+    body = json.dumps({"messages": [{"role": "user", "content": "x" * 8_000_000}]}).encode()
+    reply = await forwarder.forward(upstream.url, headers=HEADERS, body=body, remaining_s=60, label="t")
+    assert json.loads(reply.body) == big_answer
+    assert upstream.seen[0][0] == body

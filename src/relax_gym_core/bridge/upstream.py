@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import io
 import json
 import logging
 import time
@@ -35,6 +36,7 @@ RETRY_STATUSES = frozenset({500, 502, 503, 504})
 RENDERING_ERROR = "Internal error while rendering agentic response."
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0)
 CONNECT_TIMEOUT_S = 30.0
+_AIOHTTP_RAW_LIMIT = 1 << 20
 
 
 # Upstream headers the agent must see: Relax says "do not retry" on turns it may already have recorded,
@@ -98,7 +100,8 @@ class AiohttpUpstream:
         try:
             async with self._session.post(
                 url,
-                data=body,
+                # aiohttp warns (ResourceWarning) on raw bytes over 1 MiB; a stream of the same bytes is fine.
+                data=body if len(body) < _AIOHTTP_RAW_LIMIT else io.BytesIO(body),
                 headers=dict(headers),
                 timeout=timeout,
                 proxy=self._proxy,
