@@ -40,6 +40,8 @@ class Transition:
     cleanup: CleanupState
     at: float  # the trial book's clock
     age_s: float  # since the trial was admitted
+    previous: TrialEvent | None  # the phase this event ends (None for QUEUED)
+    phase_s: float  # how long the trial spent in that phase
 
 
 @frozen(kw_only=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from relax_gym_core.observe import TrialEvent
 from relax_gym_core.testing import RecordingObserver, ScriptedPolicy, reply_error, reply_text
@@ -42,3 +43,27 @@ def test_retried_calls_count_their_attempts(gateway_factory: Any, policy: Script
     url = f"{gateway.url}/ng-rollout/{trial.rollout_id}/v1/chat/completions"
     assert httpx.post(url, json={"messages": []}, trust_env=False, timeout=60).status_code == 200
     assert [(c.status, c.attempts) for c in seen.callbacks] == [(200, 2)]
+
+
+def test_model_calls_reach_the_metrics(gateway_factory: Any, policy: ScriptedPolicy) -> None:
+    gateway = gateway_factory()
+    trial = gateway.create_trial(policy.base_url)
+    policy.enqueue(reply_text("hello"))
+    url = f"{gateway.url}/ng-rollout/{trial.rollout_id}/v1/chat/completions"
+    assert httpx.post(url, json={"messages": []}, trust_env=False, timeout=60).status_code == 200
+    gone = f"{gateway.url}/ng-rollout/no-such-rollout/v1/responses"
+    assert httpx.post(gone, json={"input": []}, trust_env=False, timeout=60).status_code == 410
+    text = gateway.http.get("/metrics").text
+    found = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    env = (("config", "echo"), ("environment", "echo"))
+    none = (("config", "none"), ("environment", "none"))
+    assert (
+        found[("relax_gym_model_calls_total", (("code", "200"), *env, ("resource", "chat/completions")))] == 1
+    )
+    assert found[("relax_gym_model_calls_total", (("code", "410"), *none, ("resource", "responses")))] == 1
+    assert found[("relax_gym_model_call_seconds_count", (*env, ("resource", "chat/completions")))] == 1
+    assert trial.rollout_id not in text and trial.token not in text

@@ -61,6 +61,7 @@ def test_a_finished_trial_is_queued_running_terminal_settled() -> None:
         (TrialStatus.COMPLETED, CleanupState.CONFIRMED),
     ]
     assert [e.age_s for e in events] == [0, 1, 3, 6]
+    assert [(e.previous, e.phase_s) for e in events] == [(None, 0), (Q, 1), (R, 2), (T, 3)]
     assert {(e.environment, e.config, e.request_id) for e in events} == {(*ENV, "a")}
 
 

@@ -18,6 +18,7 @@ from starlette.routing import Route
 from relax_gym_core.bridge import UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply
 from relax_gym_core.errors import ConfigError, RelaxGymError
 from relax_gym_core.gateway.config import EnvironmentSpec, GatewaySettings
+from relax_gym_core.gateway.metrics import GatewayMetrics
 from relax_gym_core.gateway.openapi import build_openapi
 from relax_gym_core.gym.runtime import CleanupURLs, NemoGymRuntime
 from relax_gym_core.observe import Observer, Observers
@@ -139,6 +140,11 @@ async def readyz(request: Request) -> Response:
     return json_response(unstructure(gateway.health(ready=ready, reasons=reasons)), 200 if ready else 503)
 
 
+async def scrape_metrics(request: Request) -> Response:
+    body, content_type = request.app.state.metrics.render()
+    return Response(body, 200, media_type=content_type)
+
+
 async def openapi(request: Request) -> Response:
     document = request.app.state.openapi
     return json_response(document)
@@ -159,7 +165,9 @@ def create_app(
     `hooks` (installed plugins) shape NeMo Gym /run bodies and results; without it the reference rules apply.
     `observers` see every trial transition and every bridged model call (relax_gym_core.observe).
     """
-    fan_out = Observers(observers)
+    admissions = {spec.key: spec.admission for spec in settings.environments}
+    metrics = GatewayMetrics()
+    fan_out = Observers((metrics, *observers))
     hooks = hooks if hooks is not None else make_plugin_manager(load_entry_points=False)
     factories = {**_builtin_runtimes(hooks), **(runtime_factories or {})}
     runtimes: dict[tuple[str, str], Runtime] = {}
@@ -174,12 +182,13 @@ def create_app(
     book = TrialBook(
         clock=clock,
         store=store if store is not None else MemoryStore(tombstone_capacity=settings.tombstone_capacity),
-        environments={spec.key: spec.admission for spec in settings.environments},
+        environments=admissions,
         retention_s=settings.retention_s,
         max_retained=settings.max_retained,
         new_rollout_id=new_rollout_id,
         observers=fan_out,
     )
+    metrics.watch_admission(admissions, book.env_counts)
     policy = settings.callback_policy
     public_url = settings.public_url
     service = TrialService(
@@ -222,6 +231,7 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
+            Route("/metrics", scrape_metrics, methods=["GET"]),
             *(bridge.routes() if bridge is not None else []),
         ],
         exception_handlers={
@@ -233,5 +243,6 @@ def create_app(
         middleware=[Middleware(bridge.middleware)] if bridge is not None else [],
     )
     app.state.gateway = gateway
+    app.state.metrics = metrics
     app.state.openapi = build_openapi()
     return app

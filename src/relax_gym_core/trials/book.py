@@ -341,6 +341,8 @@ class TrialBook:
         if not self._observers:
             return
         now = self._clock()
+        previous, since = trial.last_event, trial.changed_at if trial.last_event else trial.created_at
+        trial.last_event, trial.changed_at = event, now
         environment, config = trial.env
         self._observers.transition(
             Transition(
@@ -352,6 +354,8 @@ class TrialBook:
                 cleanup=trial.cleanup,
                 at=now,
                 age_s=now - trial.created_at,
+                previous=previous,
+                phase_s=now - since,
             )
         )
 

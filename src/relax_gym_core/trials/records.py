@@ -7,6 +7,7 @@ from typing import Any
 
 from attrs import define, frozen
 
+from relax_gym_core.observe import TrialEvent
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, InterruptPolicy, TrialStatus
 
 type EnvKey = tuple[str, str]  # (environment name, config name)
@@ -71,3 +72,7 @@ class Trial:
     error: dict[str, Any] | None = None
     cleanup: CleanupState = CleanupState.PENDING
     finished_at: float | None = None
+    # For observers (relax_gym_core.observe): the last event seen and when, so each event can say how long
+    # the trial spent in the phase it ends. Kept only while observers are installed.
+    last_event: TrialEvent | None = None
+    changed_at: float = 0.0

@@ -1,0 +1,132 @@
+"""Prometheus metrics for `GET /metrics`: an observer of trial transitions and model calls, plus admission
+gauges read from the trial book when scraped (so nothing is counted twice and no gauge can drift).
+
+Labels are the environment and config of the gateway's own specs, the trial status, cleanup outcome,
+model-call resource and HTTP status code: all bounded. No request id, capability or token is ever a label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from relax_gym_core.observe import CallbackOutcome, Transition, TrialEvent
+from relax_gym_core.trials import Admission, EnvKey
+
+# Seconds: a model call takes milliseconds to minutes; a trial phase seconds to hours.
+CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+PHASE_BUCKETS = (0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400)
+_NO_TRIAL = ("none", "none")  # model calls that named no live trial
+
+type EnvCounts = Callable[[EnvKey], tuple[int, int, int]]
+
+
+class _AdmissionCollector(Collector):
+    """Queue depth, runs in flight and slots held per environment, read at scrape time."""
+
+    def __init__(self, admissions: Mapping[EnvKey, Admission], counts: EnvCounts) -> None:
+        self._admissions = dict(admissions)
+        self._counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["environment", "config"]
+        families = {
+            "queued": GaugeMetricFamily(
+                "relax_gym_trials_queued", "Trials waiting for a slot", labels=labels
+            ),
+            "running": GaugeMetricFamily(
+                "relax_gym_trials_running", "Trials whose run is in flight", labels=labels
+            ),
+            "slots": GaugeMetricFamily(
+                "relax_gym_slots_held", "Slots held: running, or cleaning up after the run", labels=labels
+            ),
+            "limit": GaugeMetricFamily("relax_gym_max_concurrency", "Slots per environment", labels=labels),
+        }
+        for key, admission in self._admissions.items():
+            queued, running, slots = self._counts(key)
+            values = {
+                "queued": queued,
+                "running": running,
+                "slots": slots,
+                "limit": admission.max_concurrency,
+            }
+            for name, value in values.items():
+                families[name].add_metric(list(key), value)
+        yield from families.values()
+
+
+class GatewayMetrics:
+    """An Observer (relax_gym_core.observe) keeping the gateway's Prometheus metrics in a private registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        env = ["environment", "config"]
+        self._created = Counter("relax_gym_trials_created", "Trials admitted", env, registry=self.registry)
+        self._finished = Counter(
+            "relax_gym_trials_finished",
+            "Trials that reached a final status",
+            [*env, "status"],
+            registry=self.registry,
+        )
+        self._cleanups = Counter(
+            "relax_gym_trial_cleanups",
+            "Cleanup verdicts (confirmed, unverified, failed)",
+            [*env, "outcome"],
+            registry=self.registry,
+        )
+        self._phases = Histogram(
+            "relax_gym_trial_phase_seconds",
+            "Time trials spent in a phase: queued, running, cancelling (cleanup before the final status), "
+            "terminal (cleanup after it)",
+            [*env, "phase"],
+            buckets=PHASE_BUCKETS,
+            registry=self.registry,
+        )
+        self._calls = Counter(
+            "relax_gym_model_calls",
+            "Model calls through the bridge, by final HTTP status",
+            [*env, "resource", "code"],
+            registry=self.registry,
+        )
+        self._call_seconds = Histogram(
+            "relax_gym_model_call_seconds",
+            "Duration of model calls through the bridge (retries and back-off included)",
+            [*env, "resource"],
+            buckets=CALL_BUCKETS,
+            registry=self.registry,
+        )
+        self._retries = Counter(
+            "relax_gym_model_call_retries",
+            "Upstream attempts beyond the first",
+            [*env, "resource"],
+            registry=self.registry,
+        )
+
+    def watch_admission(self, admissions: Mapping[EnvKey, Admission], counts: EnvCounts) -> None:
+        """Report queue depth, runs in flight and slots held, read from `counts` at each scrape."""
+        self.registry.register(_AdmissionCollector(admissions, counts))
+
+    def transition(self, event: Transition) -> None:
+        env = (event.environment, event.config)
+        if event.previous is not None:
+            self._phases.labels(*env, event.previous.value).observe(event.phase_s)
+        if event.event is TrialEvent.QUEUED:
+            self._created.labels(*env).inc()
+        elif event.event is TrialEvent.TERMINAL:
+            self._finished.labels(*env, event.status.value).inc()
+        elif event.event is TrialEvent.SETTLED:
+            self._cleanups.labels(*env, event.cleanup.value).inc()
+
+    def callback(self, outcome: CallbackOutcome) -> None:
+        env = (outcome.environment, outcome.config) if outcome.environment else _NO_TRIAL
+        self._calls.labels(*env, outcome.resource, str(outcome.status)).inc()
+        self._call_seconds.labels(*env, outcome.resource).observe(outcome.seconds)
+        if outcome.attempts > 1:
+            self._retries.labels(*env, outcome.resource).inc(outcome.attempts - 1)
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
