@@ -79,6 +79,10 @@ class ServiceClosingError(TrialError):
     """The gateway is shutting down and admits no new trials."""
 
 
+class UnauthorizedError(TrialError):
+    """The trial API requires an API token and the request did not carry it (never names the token)."""
+
+
 class CallbackError(RelaxGymError):
     """A model callback could not be bridged."""
 

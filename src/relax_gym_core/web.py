@@ -25,6 +25,7 @@ STATUS_CODES: dict[type[errors.RelaxGymError], int] = {
     errors.PolicyMismatchError: 400,
     errors.DeadlineTooLongError: 400,
     errors.ServiceClosingError: 503,
+    errors.UnauthorizedError: 401,
     errors.CapabilityUnavailableError: 410,
     errors.CallbackURLRejectedError: 400,
     errors.UpstreamError: 502,
@@ -47,6 +48,8 @@ def error_response(exc: BaseException) -> Response:
     headers: dict[str, str] = {}
     if isinstance(exc, errors.QueueFullError):
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+    elif isinstance(exc, errors.UnauthorizedError):
+        headers["WWW-Authenticate"] = "Bearer"
     elif isinstance(exc, errors.ServiceClosingError):
         headers["Retry-After"] = "5"  # a replacement gateway is usually up by then
     elif isinstance(exc, (errors.UpstreamError, errors.CapabilityUnavailableError)):

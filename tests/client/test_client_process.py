@@ -178,3 +178,22 @@ def test_client_imports_no_server_code() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
+
+
+def test_a_gateway_with_an_api_token(session: Any) -> None:
+    """`relax-gym serve` and `relax-gym-client` read the same RELAX_GYM_API_TOKEN; without it the client says
+    what is missing, never the token."""
+    token = "shared-api-token-0123456789"
+    spec = {"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 2, "queue_capacity": 2}}
+    with start_gateway(spec, env={"RELAX_GYM_API_TOKEN": token}) as guarded:
+        environ, io_dir = session({"reward": 0.25}, guarded.url)
+        refused = run_client(MODULE, environ)
+        assert refused.returncode != 0
+        assert "HTTP 401" in refused.stderr and "RELAX_GYM_API_TOKEN" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert not (io_dir / "session_output.json").exists()
+        accepted = run_client(MODULE, {**environ, "RELAX_GYM_API_TOKEN": token})
+        assert (accepted.returncode, accepted.stderr) == (0, "")
+        assert json.loads((io_dir / "session_output.json").read_text())["reward"] == 0.25
+        for output in (refused.stdout, refused.stderr, accepted.stdout, *guarded.output):
+            assert token not in output

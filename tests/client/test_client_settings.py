@@ -186,3 +186,13 @@ def test_options_validate_direct_construction() -> None:
         ClientOptions(poll_interval_s=0)
     with pytest.raises(ClientConfigError, match="max_retries must be an integer >= 0"):
         ClientOptions(max_retries=-1)
+
+
+def test_api_token_is_read_checked_and_kept_out_of_reprs(base_env: dict[str, str]) -> None:
+    assert ClientSettings.from_env(base_env).api_token is None
+    settings = ClientSettings.from_env({**base_env, "RELAX_GYM_API_TOKEN": "tok-0123456789abcdef"})
+    assert settings.api_token == "tok-0123456789abcdef"
+    assert "tok-0123456789abcdef" not in repr(settings)
+    with pytest.raises(ClientConfigError, match="RELAX_GYM_API_TOKEN must be visible ASCII") as caught:
+        ClientSettings.from_env({**base_env, "RELAX_GYM_API_TOKEN": "two words"})
+    assert "two words" not in str(caught.value)

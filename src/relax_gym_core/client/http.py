@@ -97,18 +97,22 @@ class GatewayClient:
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Sleep = anyio.sleep,
         clock: Clock = time.monotonic,
+        api_token: str | None = None,
     ) -> None:
         self.gateway_url = gateway_url.rstrip("/")
         self.options = options or ClientOptions()
         self._sleep = sleep
         self.clock = clock
+        headers = {"user-agent": _USER_AGENT}
+        if api_token:
+            headers["authorization"] = f"Bearer {api_token}"
         # trust_env=False: proxies from the trainer's environment must not sit between us and the gateway.
         self._http = httpx.AsyncClient(
             base_url=self.gateway_url,
             trust_env=False,
             transport=transport,
             timeout=_timeout(self.options.request_timeout_s),
-            headers={"user-agent": _USER_AGENT},
+            headers=headers,
             follow_redirects=False,
         )
 
@@ -278,6 +282,9 @@ def _status_error(op: str, response: httpx.Response, *, trial_op: bool) -> Gatew
         expired = _detail(response).startswith("trial expired")
         reason = "trial expired on the gateway" if expired else "trial not found"
         return TrialGoneError(f"Gateway {op} request failed with HTTP 404 ({reason})", expired=expired)
+    if status == 401:
+        hint = " (the gateway requires an API token: set RELAX_GYM_API_TOKEN to its token)"
+        return GatewayRequestError(f"Gateway {op} request failed with HTTP 401{hint}", status_code=status)
     return GatewayRequestError(f"Gateway {op} request failed with HTTP {status}", status_code=status)
 
 

@@ -54,7 +54,11 @@ async def _run_session(request: CreateTrialRequest, settings: ClientSettings) ->
             tg.start_soon(watch)
             try:
                 snapshot = await run_trial(
-                    request, gateway_url=settings.gateway_url, options=settings.options, stop=stop
+                    request,
+                    gateway_url=settings.gateway_url,
+                    options=settings.options,
+                    stop=stop,
+                    api_token=settings.api_token,
                 )
             except Exception as exc:  # noqa: BLE001 - re-raised below, outside the task group
                 error = exc

@@ -20,6 +20,7 @@ from relax_gym_core.protocol import InterruptPolicy, jsonutil
 from relax_gym_core.protocol.types import split_http_url
 
 _INTEGER_RE: Final = re.compile(r"\s*\+?\d+\s*")
+_TOKEN_RE: Final = re.compile(r"[\x21-\x7e]+")
 
 
 def _positive(name: str) -> Any:
@@ -86,6 +87,7 @@ class ClientSettings:
     deadline_s: float = field(default=1800.0, validator=_positive("deadline_s"))
     lease_s: float = field(default=60.0, validator=_positive("lease_s"))
     options: ClientOptions = field(factory=ClientOptions)
+    api_token: str | None = field(default=None, repr=False)  # the gateway's, when its trial API requires one
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ClientSettings:
@@ -107,6 +109,7 @@ class ClientSettings:
             deadline_s=_positive_var(environ, "NEMO_GYM_DEADLINE_S", 1800.0),
             lease_s=_positive_var(environ, "NEMO_GYM_LEASE_S", 60.0),
             options=ClientOptions.from_env(environ),
+            api_token=_token_var(environ, "RELAX_GYM_API_TOKEN"),
         )
 
 
@@ -117,6 +120,13 @@ class ClientSettings:
 def _optional(environ: Mapping[str, str], name: str) -> str | None:
     value = environ.get(name)
     return value if value is not None and value.strip() else None
+
+
+def _token_var(environ: Mapping[str, str], name: str) -> str | None:
+    value = _optional(environ, name)
+    if value is not None and not _TOKEN_RE.fullmatch(value):
+        raise ClientConfigError(f"{name} must be visible ASCII characters without spaces")
+    return value
 
 
 def _required(environ: Mapping[str, str], name: str, hint: str) -> str:

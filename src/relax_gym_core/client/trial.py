@@ -39,13 +39,14 @@ async def run_trial(
     options: ClientOptions | None = None,
     stop: anyio.Event | None = None,
     client: GatewayClient | None = None,
+    api_token: str | None = None,
 ) -> TrialSnapshot:
     """Run one trial to its end and return the terminal snapshot (completed or truncated).
 
     Raises TrialCancelledError when `stop` is set (after a best-effort abort), RemoteTrialError when the
     trial ended aborted/failed, GatewayRequestError/ProtocolError when the gateway misbehaves. If the
     calling task is cancelled, the remote trial is aborted (shielded, abort_timeout_s) before the
-    cancellation propagates. `options` only configures the client built from `gateway_url`.
+    cancellation propagates. `options` and `api_token` only configure the client built from `gateway_url`.
     """
     if stop is not None and stop.is_set():
         raise TrialCancelledError(CANCELLED_MESSAGE)
@@ -53,7 +54,7 @@ async def run_trial(
         return await _TrialRun(client, request, stop).run()
     if gateway_url is None:
         raise TypeError("run_trial needs gateway_url or client")
-    async with GatewayClient(gateway_url, options=options) as own:
+    async with GatewayClient(gateway_url, options=options, api_token=api_token) as own:
         return await _TrialRun(own, request, stop).run()
 
 

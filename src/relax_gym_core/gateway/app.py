@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from relax_gym_core.bridge import UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply
 from relax_gym_core.errors import ConfigError, RelaxGymError
+from relax_gym_core.gateway.auth import bearer_auth
 from relax_gym_core.gateway.config import EnvironmentSpec, GatewaySettings
 from relax_gym_core.gateway.metrics import GatewayMetrics
 from relax_gym_core.gateway.openapi import build_openapi
@@ -240,7 +241,10 @@ def create_app(
             Exception: handle_unexpected,
         },
         lifespan=lifespan,
-        middleware=[Middleware(bridge.middleware)] if bridge is not None else [],
+        middleware=[
+            *([Middleware(bearer_auth(settings.api_token))] if settings.api_token else []),
+            *([Middleware(bridge.middleware)] if bridge is not None else []),
+        ],
     )
     app.state.gateway = gateway
     app.state.metrics = metrics

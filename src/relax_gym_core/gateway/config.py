@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from attrs import frozen
+from attrs import field, frozen
 
 from relax_gym_core.bridge.allowlist import CallbackPolicy
 from relax_gym_core.errors import ConfigError
@@ -263,6 +264,8 @@ class GatewaySettings:
     keepalive_s: float = 15.0
     # This gateway's own base URL, for runs that call their model through the bridge.
     public_url: str | None = None
+    # When set, the trial API requires `Authorization: Bearer <api_token>` (gateway/auth.py).
+    api_token: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(
@@ -287,4 +290,18 @@ class GatewaySettings:
             retention_s=_env_float(environ, "RELAX_GYM_TRIAL_RETENTION_S", 600.0),
             callback_timeout_s=_env_float(environ, "NEMO_GYM_CALLBACK_TIMEOUT_S", 600.0),
             gym_commit=environ.get("NEMO_GYM_COMMIT", "unknown") or "unknown",
+            api_token=_api_token(environ, "RELAX_GYM_API_TOKEN"),
         )
+
+
+_TOKEN_RE = re.compile(r"[\x21-\x7e]{16,4096}")  # visible ASCII: what an HTTP header carries unchanged
+
+
+def _api_token(environ: Mapping[str, str], name: str) -> str | None:
+    """The token, None when unset or empty, else ConfigError naming the variable (never the value)."""
+    token = environ.get(name, "")
+    if not token:
+        return None
+    if not _TOKEN_RE.fullmatch(token):
+        raise ConfigError(f"{name} must be 16 to 4096 visible ASCII characters (no spaces)")
+    return token
