@@ -69,6 +69,24 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probe(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
+    from relax_gym_core.gym.probe import format_outcomes, run_probes  # noqa: PLC0415
+    from relax_gym_core.plugins import make_plugin_manager  # noqa: PLC0415
+
+    outcomes = run_probes(make_plugin_manager(), args.environment)
+    if args.json:
+        document = [
+            {"probe": o.name, "expected": o.expected, "reward": o.reward, "ok": o.ok, "error": o.error}
+            for o in outcomes
+        ]
+        print(json.dumps(document, indent=2))  # noqa: T201
+    else:
+        print(format_outcomes(args.environment, outcomes))  # noqa: T201
+    return 0 if all(outcome.ok for outcome in outcomes) else 1
+
+
 def _add_gateway_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument(
@@ -126,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     convert.add_argument("--limit", type=int, metavar="N", help="stop after N converted rows (N >= 1)")
     convert.set_defaults(run=_convert)
+    probe = commands.add_parser(
+        "probe", help="score an environment's verifier probes with its real verifier (exit 1 on a mismatch)"
+    )
+    probe.add_argument("environment", metavar="ENV", help="registered environment (see `relax-gym plugins`)")
+    probe.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    probe.set_defaults(run=_probe)
     return parser
 
 

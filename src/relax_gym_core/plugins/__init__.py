@@ -10,6 +10,7 @@ from relax_gym_core.plugins.model import (
     NemoGymServer,
     RowError,
     VerifierProbe,
+    verify_body,
 )
 from relax_gym_core.plugins.registry import (
     DuplicateEnvironmentError,
@@ -37,4 +38,5 @@ __all__ = [
     "VerifierProbe",
     "hookimpl",
     "make_plugin_manager",
+    "verify_body",
 ]

@@ -6,7 +6,8 @@ can all read it without calling plugin code.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from attrs import field, frozen
@@ -80,6 +81,28 @@ class VerifierProbe:
     row: Mapping[str, Any]
     output: tuple[Mapping[str, Any], ...]
     expected_reward: float
+
+
+def verify_body(
+    row: Mapping[str, Any], output: Sequence[Mapping[str, Any]], *, model: str = "probe"
+) -> dict[str, Any]:
+    """A NeMo Gym ``POST /verify`` body: the raw row plus a response around ``output`` (with the fields
+    NeMo Gym's response model requires). How probes, and tools built on them, ask the real verifier."""
+    params = row.get("responses_create_params")
+    params = params if isinstance(params, Mapping) else {}
+    return {
+        **copy.deepcopy(dict(row)),
+        "response": {
+            "id": f"resp_{model}",
+            "object": "response",
+            "created_at": 0,
+            "model": model,
+            "output": copy.deepcopy([dict(item) for item in output]),
+            "parallel_tool_calls": bool(params.get("parallel_tool_calls", False)),
+            "tool_choice": "auto",
+            "tools": copy.deepcopy(params.get("tools", [])),
+        },
+    }
 
 
 class RowError(ValueError):

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from relax_gym_core.plugins import VerifierProbe
+from relax_gym_core.plugins import verify_body as core_verify_body
 
 from relax_gym_workplace.data import example_rows
 from relax_gym_workplace.rows import normalise_row
@@ -133,23 +134,8 @@ def verifier_probes() -> list[VerifierProbe]:
 def verify_request(
     row: Mapping[str, Any], output: Sequence[Mapping[str, Any]], *, model: str = "probe"
 ) -> dict[str, Any]:
-    """A ``POST /verify`` body for the resources server: the raw row plus a NeMo Gym response around
-    ``output`` (with the fields NeMoGymResponse requires)."""
-    params = row.get("responses_create_params")
-    params = params if isinstance(params, dict) else {}
-    return {
-        **copy.deepcopy(dict(row)),
-        "response": {
-            "id": f"resp_{model}",
-            "object": "response",
-            "created_at": 0,
-            "model": model,
-            "output": copy.deepcopy([dict(item) for item in output]),
-            "parallel_tool_calls": bool(params.get("parallel_tool_calls", False)),
-            "tool_choice": "auto",
-            "tools": copy.deepcopy(params.get("tools", [])),
-        },
-    }
+    """A ``POST /verify`` body for the resources server (the core's generic NeMo Gym body)."""
+    return core_verify_body(row, output, model=model)
 
 
 def verify_body(probe: VerifierProbe) -> dict[str, Any]:

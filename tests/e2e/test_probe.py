@@ -1,0 +1,76 @@
+"""`relax-gym probe`: every verifier probe of an environment scored by its REAL resources server (started in
+the NeMo Gym environment), mismatches and broken probes reported, exit codes that scripts can trust."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+
+from relax_gym_core.gym.probe import format_outcomes, run_probes
+from relax_gym_core.plugins import VerifierProbe, hookimpl, make_plugin_manager
+
+pytest.importorskip("relax_gym_workplace")
+
+ENV = "workplace_assistant"
+CLI = [str(Path(sys.executable).with_name("relax-gym"))]
+SAFETY_S = 300  # guards against hangs only
+
+
+def test_the_cli_scores_every_workplace_probe_as_expected() -> None:
+    result = subprocess.run(
+        [*CLI, "probe", ENV, "--json"], capture_output=True, text=True, timeout=SAFETY_S, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    outcomes = json.loads(result.stdout)
+    assert len(outcomes) == 25
+    assert all(outcome["ok"] and outcome["reward"] == outcome["expected"] for outcome in outcomes)
+
+
+class Liar:
+    """Claims the first probe scores 0.0 (it scores 1.0) and adds a probe whose row the verifier rejects."""
+
+    def __init__(self, honest: list[VerifierProbe]) -> None:
+        self.honest = honest
+
+    @hookimpl(tryfirst=True)
+    def verifier_probes(self, environment: str) -> list[VerifierProbe] | None:
+        if environment != ENV:
+            return None
+        flipped = attrs.evolve(self.honest[0], name="flipped", expected_reward=0.0)
+        broken = VerifierProbe(name="broken", row={"no": "params"}, output=(), expected_reward=1.0)
+        return [flipped, *self.honest[1:3], broken]
+
+
+def test_mismatches_and_rejected_probes_are_reported() -> None:
+    honest = make_plugin_manager().verifier_probes(ENV)
+    hooks = make_plugin_manager(plugins=[("liar", Liar(honest))])
+    outcomes = run_probes(hooks, ENV)
+    assert [(o.name, o.ok) for o in outcomes] == [
+        ("flipped", False),
+        (honest[1].name, True),
+        (honest[2].name, True),
+        ("broken", False),
+    ]
+    assert (outcomes[0].reward, outcomes[0].error) == (1.0, None)  # the real verifier's answer, kept
+    assert outcomes[3].reward is None and outcomes[3].error is not None
+    assert outcomes[3].error.startswith("/verify answered HTTP 4")
+    report = format_outcomes(ENV, outcomes)
+    assert "MISMATCH" in report and "2/4 probes scored as expected" in report
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["probe", "no_such_env"], "no installed plugin provides environment 'no_such_env'"),
+    ],
+)
+def test_bad_input_is_one_clear_line(args: list[str], message: str) -> None:
+    result = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=SAFETY_S, check=False)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
