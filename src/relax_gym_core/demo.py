@@ -16,8 +16,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -53,6 +55,7 @@ class Session:
         session_suffix: str = "",
     ) -> None:
         self.name = name
+        self.gateway_url = env["NEMO_GYM_URL"]
         io_dir = root / f"session-{index}"
         io_dir.mkdir()
         (io_dir / "session_input.json").write_text(json.dumps(session_input))
@@ -86,8 +89,20 @@ class Session:
         extra = f", {calls} tool calls" if calls is not None else ""
         return (
             f"{self.name:34} exit {code}  reward {result['reward']!s:5} {meta['status']:9} "
-            f"(cleanup {meta.get('cleanup', '?')}{extra})"
+            f"(cleanup {settled_cleanup(self.gateway_url, meta['request_id'])}{extra})"
         )
+
+
+def settled_cleanup(gateway_url: str, request_id: str) -> str:
+    """The trial's cleanup verdict once it is in. The client reports the snapshot at completion, and Relax
+    needs the reward without waiting on cleanup; the demo waits, to show each trial's cleanup proven."""
+    stop = time.monotonic() + 60
+    with httpx.Client(base_url=gateway_url, trust_env=False, timeout=30) as client:
+        while True:
+            cleanup: str = client.get(f"/v1/trials/{quote(request_id, safe='')}").json().get("cleanup", "?")
+            if cleanup != "pending" or time.monotonic() > stop:
+                return cleanup
+            time.sleep(0.05)
 
 
 def health(url: str) -> str:
