@@ -171,12 +171,11 @@ class PyreqwestUpstream:
             raise UpstreamTimeoutError from exc
         except pyreqwest_errors.PyreqwestError as exc:
             raise UpstreamTransportError(type(exc).__name__) from exc
-        received = response.headers
         return UpstreamReply(
             response.status,
-            received.get("content-type") or "",
+            response.headers.get("content-type") or "",
             payload,
-            tuple((name, value) for name in PASSED_HEADERS if (value := received.get(name)) is not None),
+            _passed(response.headers),
         )
 
     async def close(self) -> None:
