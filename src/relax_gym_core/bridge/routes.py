@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from attrs import frozen
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -80,18 +80,6 @@ def match_model_call(path: str) -> tuple[str | None, str] | None:
     return (None, resource) if resource else None
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole request body, or None when the client went away first."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
 class Bridge:
     def __init__(
         self,
@@ -140,8 +128,9 @@ class Bridge:
             if scope["type"] == "http" and scope["method"] == "POST":
                 target = match_model_call(scope["path"])
                 if target is not None:
-                    raw_body = await _read_body(receive)
-                    if raw_body is None:
+                    try:
+                        raw_body = await Request(scope, receive).body()
+                    except ClientDisconnect:
                         return  # nobody is left to answer
                     try:
                         response = await self.handle(raw_body, *target)
