@@ -15,7 +15,7 @@ import httpx
 import pytest
 from attrs import define, field
 from relax_gym_core.gym.processes import run_gym_servers
-from relax_gym_core.plugins import Hooks, make_plugin_manager
+from relax_gym_core.plugins import Hooks, make_plugin_manager, verify_body
 from relax_gym_core.protocol import Generation
 from relax_gym_core.testing import check_probes, serve_in_thread
 from starlette.applications import Starlette
@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from relax_gym_workplace import env, plugin
 from relax_gym_workplace.data import example_rows
-from relax_gym_workplace.probes import output_items, verify_request
+from relax_gym_workplace.probes import output_items
 from relax_gym_workplace.rows import normalise_row
 
 ENV = env.ENVIRONMENT
@@ -143,7 +143,7 @@ def message_only(tag: str) -> list[dict[str, Any]]:
 def test_every_probe_gets_its_expected_reward_from_the_real_verifier(stack: Stack, hooks: Hooks) -> None:
     def verify(row: dict[str, Any], output: list[dict[str, Any]]) -> float:
         with client(stack.resources) as c:
-            answer = c.post("/verify", json=verify_request(row, output))
+            answer = c.post("/verify", json=verify_body(row, output))
         assert answer.status_code == 200, answer.text
         reward: float = answer.json()["reward"]
         return reward
@@ -159,8 +159,8 @@ def test_a_string_ground_truth_scores_doing_nothing_upstream(
     raw = copy.deepcopy(rows[0])
     raw["ground_truth"] = json.dumps(raw["ground_truth"])
     with client(stack.resources) as c:
-        as_string = c.post("/verify", json=verify_request(raw, message_only("s"))).json()["reward"]
-        normalised = c.post("/verify", json=verify_request(normalise_row(raw), message_only("n"))).json()
+        as_string = c.post("/verify", json=verify_body(raw, message_only("s"))).json()["reward"]
+        normalised = c.post("/verify", json=verify_body(normalise_row(raw), message_only("n"))).json()
     assert as_string == 1.0
     assert normalised["reward"] == 0.0
 
@@ -210,7 +210,7 @@ def test_verify_drops_the_session_of_its_cookie(stack: Stack, rows: list[dict[st
     with client(stack.resources) as c:
         assert c.post("/seed_session", json=row).status_code == 200  # plain NeMo Gym: no rollout id
         assert sessions(stack) == before + 1
-        answer = c.post("/verify", json=verify_request(row, calls_only(row["ground_truth"], "v")))
+        answer = c.post("/verify", json=verify_body(row, calls_only(row["ground_truth"], "v")))
         assert answer.json()["reward"] == 1.0
         assert sessions(stack) == before
 
@@ -222,7 +222,7 @@ def test_verify_drops_the_sessions_of_its_rollout(stack: Stack, rows: list[dict[
         assert c.post("/seed_session", json=body).status_code == 200
     assert is_clean(stack, rollout_id) is False
     with client(stack.resources) as c:  # no session cookie: found by the rollout id in the body
-        assert c.post("/verify", json=verify_request(body, message_only("r"))).json()["reward"] == 0.0
+        assert c.post("/verify", json=verify_body(body, message_only("r"))).json()["reward"] == 0.0
     assert is_clean(stack, rollout_id) is True
 
 
@@ -252,7 +252,7 @@ def test_many_seed_and_verify_cycles_leave_no_session(stack: Stack, rows: list[d
         body = run_body(row, rollout_id)
         with client(stack.resources) as c:
             assert c.post("/seed_session", json=body).status_code == 200
-            assert c.post("/verify", json=verify_request(body, message_only(str(cycle)))).status_code == 200
+            assert c.post("/verify", json=verify_body(body, message_only(str(cycle)))).status_code == 200
     assert sessions(stack) == before == 0
     assert is_clean(stack, f"{199:032x}-0") is True
 

@@ -23,11 +23,10 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from relax_gym_core.plugins import VerifierProbe
-from relax_gym_core.plugins import verify_body as core_verify_body
 
 from relax_gym_workplace.data import example_rows
 from relax_gym_workplace.rows import normalise_row
@@ -129,15 +128,3 @@ def probes_for_row(row: Mapping[str, Any]) -> list[VerifierProbe]:
 def verifier_probes() -> list[VerifierProbe]:
     """The probes of every upstream example row."""
     return [probe for row in example_rows() for probe in probes_for_row(row)]
-
-
-def verify_request(
-    row: Mapping[str, Any], output: Sequence[Mapping[str, Any]], *, model: str = "probe"
-) -> dict[str, Any]:
-    """A ``POST /verify`` body for the resources server (the core's generic NeMo Gym body)."""
-    return core_verify_body(row, output, model=model)
-
-
-def verify_body(probe: VerifierProbe) -> dict[str, Any]:
-    """The ``POST /verify`` body of a probe."""
-    return verify_request(probe.row, list(probe.output))
