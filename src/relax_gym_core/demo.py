@@ -16,13 +16,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
+import anyio
 import httpx
 
+from relax_gym_core.client import ClientOptions, GatewayClient
 from relax_gym_core.plugins import UnknownEnvironmentError, make_plugin_manager
 from relax_gym_core.testing.oracle import OracleScript
 from relax_gym_core.testing.policy import ScriptedPolicy
@@ -96,13 +96,16 @@ class Session:
 def settled_cleanup(gateway_url: str, request_id: str) -> str:
     """The trial's cleanup verdict once it is in. The client reports the snapshot at completion, and Relax
     needs the reward without waiting on cleanup; the demo waits, to show each trial's cleanup proven."""
-    stop = time.monotonic() + 60
-    with httpx.Client(base_url=gateway_url, trust_env=False, timeout=30) as client:
-        while True:
-            cleanup: str = client.get(f"/v1/trials/{quote(request_id, safe='')}").json().get("cleanup", "?")
-            if cleanup != "pending" or time.monotonic() > stop:
-                return cleanup
-            time.sleep(0.05)
+
+    async def wait() -> str:
+        async with GatewayClient(gateway_url, options=ClientOptions(poll_interval_s=0.05)) as client:
+            snapshot = await client.settled(request_id, timeout_s=60)
+        return snapshot.cleanup.value if snapshot.cleanup is not None else "?"
+
+    try:
+        return anyio.run(wait)
+    except TimeoutError:
+        return "pending"
 
 
 def health(url: str) -> str:
