@@ -4,8 +4,7 @@ gauges read at scrape time, and nothing that identifies a trial or carries a tok
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from relax_gym_core.gateway import GatewaySettings, create_app, parse_environments
+
+from .test_gateway_app import terminal, wait_for
 
 SPECS = {"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 1, "queue_capacity": 4}}
 ECHO = {"environment": "echo", "config": "echo"}
@@ -44,25 +45,15 @@ def value(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
     return found.get((name, frozenset({**ECHO, **labels}.items())), 0.0)
 
 
-def wait_until(client: TestClient, request_id: str, done: Callable[[dict[str, Any]], bool]) -> None:
-    stop = time.monotonic() + 30  # a safety net only
-    while not done(client.get(f"/v1/trials/{request_id}").json()) and time.monotonic() < stop:
-        time.sleep(0.005)
-
-
-def settled(snapshot: dict[str, Any]) -> bool:
-    return snapshot["status"] not in ("queued", "running") and snapshot["cleanup"] != "pending"
-
-
 def test_counts_phases_and_gauges(client: TestClient, make_body: Any) -> None:
     done = make_body(echo={"reward": 1.0})
     client.post("/v1/trials", json=done)
-    wait_until(client, done["request_id"], settled)
+    wait_for(client, done["request_id"], terminal)
     running = make_body(echo={"sleep_s": 60})
     queued = make_body(echo={"sleep_s": 60})
     client.post("/v1/trials", json=running)
     client.post("/v1/trials", json=queued)
-    wait_until(client, running["request_id"], lambda s: s["status"] == "running")
+    wait_for(client, running["request_id"], lambda s: s["status"] == "running")
 
     live = samples(client)
     assert value(live, "relax_gym_trials_queued") == 1
@@ -72,8 +63,8 @@ def test_counts_phases_and_gauges(client: TestClient, make_body: Any) -> None:
 
     client.post(f"/v1/trials/{queued['request_id']}/abort")
     client.post(f"/v1/trials/{running['request_id']}/abort")
-    wait_until(client, running["request_id"], settled)
-    wait_until(client, queued["request_id"], settled)
+    wait_for(client, running["request_id"], terminal)
+    wait_for(client, queued["request_id"], terminal)
     after = samples(client)
     assert value(after, "relax_gym_trials_created_total") == 3
     assert value(after, "relax_gym_trials_finished_total", status="completed") == 1
@@ -89,7 +80,7 @@ def test_counts_phases_and_gauges(client: TestClient, make_body: Any) -> None:
 def test_metrics_name_no_trial_and_no_token(client: TestClient, make_body: Any) -> None:
     body = make_body()
     client.post("/v1/trials", json=body)
-    wait_until(client, body["request_id"], settled)
+    wait_for(client, body["request_id"], terminal)
     text = client.get("/metrics").text
     for secret in (body["request_id"], "sk-secret-token", "session-secret-token"):
         assert secret not in text
