@@ -20,7 +20,7 @@ HEAVY = ("torch", "sglang", "megatron")
         ("relax_gym_core.client", (*WEB, *HEAVY)),
         ("relax_gym_core.trials.book", (*WEB, "httpx", *HEAVY)),
         ("relax_gym_core.trials", ("starlette", "uvicorn", "relax_gym_core.gateway", *HEAVY)),
-        ("relax_gym_core.plugins", (*WEB, *HEAVY)),
+        ("relax_gym_core.environments", (*WEB, *HEAVY)),
         ("relax_gym_core.observe", (*WEB, "httpx", *HEAVY)),
     ],
 )

@@ -7,35 +7,28 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from relax_gym_core.errors import ConfigError, RelaxGymError
+from relax_gym_core.errors import RelaxGymError
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from relax_gym_core.bridge import CallbackPolicy  # noqa: PLC0415
-    from relax_gym_core.gateway import GatewaySettings, create_app, load_environments  # noqa: PLC0415
-    from relax_gym_core.gateway.server import bind, run, url_of  # noqa: PLC0415
+    from relax_gym_core.commands.serve import serve  # noqa: PLC0415
 
-    environments = load_environments(args.environments)
-    policy = CallbackPolicy.from_env(hosts=args.callback_host, networks=args.callback_network)
-    try:
-        sock = bind(args.host, args.port)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
-    settings = GatewaySettings.from_env(environments, callback_policy=policy, public_url=url_of(sock))
-    try:
-        app = create_app(settings)
-    except RelaxGymError:
-        sock.close()
-        raise
-    run(app, sock, log_level=args.log_level)
+    serve(
+        environments=args.environments,
+        host=args.host,
+        port=args.port,
+        callback_hosts=args.callback_host,
+        callback_networks=args.callback_network,
+        log_level=args.log_level,
+    )
     return 0
 
 
 def _plugins(args: argparse.Namespace) -> int:
     import json  # noqa: PLC0415
 
-    from relax_gym_core.plugins import make_plugin_manager  # noqa: PLC0415
-    from relax_gym_core.plugins.cli import describe_plugins, format_plugins  # noqa: PLC0415
+    from relax_gym_core.commands.catalog import describe_plugins, format_plugins  # noqa: PLC0415
+    from relax_gym_core.environments import make_plugin_manager  # noqa: PLC0415
 
     document = describe_plugins(make_plugin_manager())
     print(json.dumps(document, indent=2) if args.json else format_plugins(document))  # noqa: T201
@@ -45,8 +38,8 @@ def _plugins(args: argparse.Namespace) -> int:
 def _convert(args: argparse.Namespace) -> int:
     from pathlib import Path  # noqa: PLC0415
 
-    from relax_gym_core.plugins import make_plugin_manager  # noqa: PLC0415
-    from relax_gym_core.plugins.cli import convert_file  # noqa: PLC0415
+    from relax_gym_core.commands.catalog import convert_file  # noqa: PLC0415
+    from relax_gym_core.environments import make_plugin_manager  # noqa: PLC0415
 
     output = Path(args.output)
     count = convert_file(make_plugin_manager(), args.environment, Path(args.input), output, limit=args.limit)
@@ -55,7 +48,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from relax_gym_core.gym.up import up  # noqa: PLC0415
+    from relax_gym_core.commands.up import up  # noqa: PLC0415
 
     up(
         args.environments,
@@ -72,8 +65,8 @@ def _up(args: argparse.Namespace) -> int:
 def _probe(args: argparse.Namespace) -> int:
     import json  # noqa: PLC0415
 
-    from relax_gym_core.gym.probe import format_outcomes, run_probes  # noqa: PLC0415
-    from relax_gym_core.plugins import make_plugin_manager  # noqa: PLC0415
+    from relax_gym_core.commands.probe import format_outcomes, run_probes  # noqa: PLC0415
+    from relax_gym_core.environments import make_plugin_manager  # noqa: PLC0415
 
     outcomes = run_probes(make_plugin_manager(), args.environment)
     if args.json:

@@ -23,7 +23,7 @@ import anyio
 import httpx
 
 from relax_gym_core.client import ClientOptions, GatewayClient
-from relax_gym_core.plugins import UnknownEnvironmentError, make_plugin_manager
+from relax_gym_core.environments import UnknownEnvironmentError, make_plugin_manager
 from relax_gym_core.testing.oracle import OracleScript
 from relax_gym_core.testing.policy import ScriptedPolicy
 from relax_gym_core.testing.processes import start_gateway, start_up

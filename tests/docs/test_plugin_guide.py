@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from relax_gym_core.plugins import STATELESS, make_plugin_manager
+from relax_gym_core.environments import STATELESS, make_plugin_manager
 from relax_gym_core.testing import check_conversion, check_registration, check_result_mapping
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
@@ -49,8 +49,8 @@ def test_the_example_plugin_passes_the_conformance_kit(tmp_path: Path) -> None:
         "relax_gym_core.testing.ScriptedPolicy",
         "relax_gym_core.testing.oracle.OracleScript",
         "relax_gym_core.gym.processes.run_gym_servers",
-        "relax_gym_core.plugins.EnvironmentFailure",
-        "relax_gym_core.plugins.RowError",
+        "relax_gym_core.environments.EnvironmentFailure",
+        "relax_gym_core.environments.RowError",
     ],
 )
 def test_names_the_guide_points_to_exist(dotted: str) -> None:

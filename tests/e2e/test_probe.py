@@ -11,8 +11,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from relax_gym_core.gym.probe import format_outcomes, run_probes
-from relax_gym_core.plugins import VerifierProbe, hookimpl, make_plugin_manager
+from relax_gym_core.commands.probe import format_outcomes, run_probes
+from relax_gym_core.environments import VerifierProbe, hookimpl, make_plugin_manager
 
 pytest.importorskip("relax_gym_workplace")
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
-from relax_gym_core.plugins import make_plugin_manager
+from relax_gym_core.environments import make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import (
     Gate,

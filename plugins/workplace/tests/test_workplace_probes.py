@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from relax_gym_core.plugins import Hooks, VerifierProbe, make_plugin_manager
+from relax_gym_core.environments import Hooks, VerifierProbe, make_plugin_manager
 
 from relax_gym_workplace import plugin
 from relax_gym_workplace.data import example_rows

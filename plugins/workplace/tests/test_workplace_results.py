@@ -6,8 +6,8 @@ import copy
 from typing import Any
 
 import pytest
+from relax_gym_core.environments import EnvironmentFailure, Hooks, make_plugin_manager
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.plugins import EnvironmentFailure, Hooks, make_plugin_manager
 from relax_gym_core.protocol import TrialStatus
 from relax_gym_core.testing import check_result_mapping
 

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from attrs import define, field
+from relax_gym_core.environments import Hooks, make_plugin_manager, verify_body
 from relax_gym_core.gym.processes import run_gym_servers
-from relax_gym_core.plugins import Hooks, make_plugin_manager, verify_body
 from relax_gym_core.protocol import Generation
 from relax_gym_core.testing import check_probes, serve_in_thread
 from starlette.applications import Starlette

@@ -15,18 +15,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from relax_gym_core.bridge import UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply
+from relax_gym_core.bridge import CAPABILITY_TAG, UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply
+from relax_gym_core.environments import Hooks, make_plugin_manager
 from relax_gym_core.errors import ConfigError, RelaxGymError
 from relax_gym_core.gateway.auth import bearer_auth
 from relax_gym_core.gateway.config import EnvironmentSpec, GatewaySettings
 from relax_gym_core.gateway.metrics import GatewayMetrics
 from relax_gym_core.gateway.openapi import build_openapi
-from relax_gym_core.gym.runtime import CleanupURLs, NemoGymRuntime
 from relax_gym_core.observe import Observer, Observers
-from relax_gym_core.plugins import Hooks, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, ServiceHealth, parse_create_request, unstructure
 from relax_gym_core.protocol.jsonutil import canonical
-from relax_gym_core.runtimes import EchoRuntime, Runtime
+from relax_gym_core.runtimes import EchoRuntime, ModelRoute, Runtime
+from relax_gym_core.runtimes.nemo_gym import CleanupURLs, NemoGymRuntime
 from relax_gym_core.trials import MemoryStore, TrialBook, TrialService, TrialStore
 from relax_gym_core.web import (
     handle_http_exception,
@@ -198,9 +198,10 @@ def create_app(
         cleanup_grace_s=settings.cleanup_grace_s,
         scan_interval_s=settings.scan_interval_s,
         validate_endpoint=(lambda endpoint: policy.check(endpoint.base_url)) if policy else (lambda _e: None),
-        model_base_url=(lambda rollout_id: f"{public_url}/ng-rollout/{rollout_id}")
-        if public_url
-        else (lambda _r: None),
+        model_route=lambda rollout_id: ModelRoute(
+            base_url=f"{public_url}/ng-rollout/{rollout_id}" if public_url else None,
+            metadata={CAPABILITY_TAG: rollout_id},
+        ),
     )
     gateway = Gateway(settings, service)
     bridge = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from relax_gym_core.plugins.model import EnvironmentDefinition, NemoGymServer
+from relax_gym_core.environments.definitions import EnvironmentDefinition, NemoGymServer
 
 POLICY_MODEL = "policy_model"  # the model server name NeMo Gym agents call; here it is our gateway
 

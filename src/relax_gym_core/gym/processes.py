@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 from attrs import frozen
 
+from relax_gym_core.environments.definitions import NemoGymServer
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import merged_config
-from relax_gym_core.plugins.model import NemoGymServer
 
 PYTHON_VAR = "RELAX_GYM_NEMO_GYM_PYTHON"
 DEFAULT_PYTHON = Path(".gym/venv/bin/python")

@@ -7,12 +7,26 @@ this one interface, keyed by rollout id so cleanup can be confirmed (also after 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from attrs import field, frozen
 
 from relax_gym_core.protocol import CreateTrialRequest, TrialStatus
 from relax_gym_core.protocol.types import check_artifact_ref, check_reward, json_object, optional_json_object
+
+
+@frozen(kw_only=True)
+class ModelRoute:
+    """How a run's model calls reach this trial's bridge; the runtime picks what its agent can carry.
+
+    `base_url` has the trial's capability in its path (for agents given only a URL, such as a CLI);
+    None when the gateway has no bridge. `metadata` tags a request body (for agents that resend
+    responses_create_params.metadata on every model call, as NeMo Gym's simple_agent does).
+    """
+
+    base_url: str | None = None
+    metadata: Mapping[str, str] = field(factory=dict)
 
 
 @frozen(kw_only=True)
@@ -23,8 +37,11 @@ class RunContext:
     rollout_id: str
     environment: str
     config: str
-    # Where this run's model calls go: the gateway's bridge base URL for this trial (None without a bridge).
-    model_base_url: str | None = None
+    model: ModelRoute = ModelRoute()
+
+    @property
+    def model_base_url(self) -> str | None:
+        return self.model.base_url
 
 
 @frozen(kw_only=True)

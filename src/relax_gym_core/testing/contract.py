@@ -26,13 +26,13 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, get_args
 
-from relax_gym_core.plugins import (
+from relax_gym_core.environments import (
     EnvironmentDefinition,
     EnvironmentFailure,
     Hooks,
     RowError,
 )
-from relax_gym_core.plugins.model import ServerKind
+from relax_gym_core.environments.definitions import ServerKind
 from relax_gym_core.protocol import Generation
 from relax_gym_core.protocol.jsonutil import is_finite_json
 from relax_gym_core.runtimes.base import RunResult

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from relax_gym_core.plugins import Hooks, make_plugin_manager
+from relax_gym_core.environments import Hooks, make_plugin_manager
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from relax_gym_core.runtimes.base import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
     CleanupResult,
+    ModelRoute,
     RunContext,
     RunHandle,
     Runtime,
@@ -51,7 +52,7 @@ class TrialService:
         cleanup_grace_s: float = 30.0,
         scan_interval_s: float = 0.25,
         validate_endpoint: Callable[[ModelEndpoint], None] = lambda _endpoint: None,
-        model_base_url: Callable[[str], str | None] = lambda _rollout_id: None,
+        model_route: Callable[[str], ModelRoute] = lambda _rollout_id: ModelRoute(),
         error_hold_s: float = 30.0,
     ) -> None:
         self.book = book
@@ -59,7 +60,7 @@ class TrialService:
         self._grace = cleanup_grace_s
         self._scan_interval_s = scan_interval_s
         self._validate_endpoint = validate_endpoint
-        self._model_base_url = model_base_url
+        self._model_route = model_route
         self._supervisors: dict[str, asyncio.Task[None]] = {}
         self._starts: dict[str, asyncio.Future[RunHandle]] = {}
         self._handles: dict[str, RunHandle] = {}
@@ -186,7 +187,7 @@ class TrialService:
                 rollout_id=trial.rollout_id,
                 environment=trial.env[0],
                 config=trial.env[1],
-                model_base_url=self._model_base_url(trial.rollout_id),
+                model=self._model_route(trial.rollout_id),
             )
             # Shielded: a cancel during start must not lose the handle; the cleanup ladder awaits it.
             start = asyncio.ensure_future(runtime.start(context))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from relax_gym_core.environments.definitions import EnvironmentDefinition
 from relax_gym_core.errors import PluginError
-from relax_gym_core.plugins.model import EnvironmentDefinition
 
 
 class DuplicateEnvironmentError(PluginError):

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from relax_gym_core.plugins.model import (
+    from relax_gym_core.environments.definitions import (
         CleanupContract,
         VerifierProbe,
     )
-    from relax_gym_core.plugins.registry import EnvironmentRegistrar
+    from relax_gym_core.environments.registry import EnvironmentRegistrar
     from relax_gym_core.protocol import Generation
     from relax_gym_core.runtimes.base import RunResult
 

@@ -12,12 +12,12 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from relax_gym_core.bridge import CallbackPolicy
+from relax_gym_core.commands.serve import listen, serve_gateway
+from relax_gym_core.environments import EnvironmentDefinition, Hooks, make_plugin_manager
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.gateway import EnvironmentSpec, GatewaySettings, create_app
-from relax_gym_core.gateway.server import bind, run, url_of
+from relax_gym_core.gateway import EnvironmentSpec
 from relax_gym_core.gym.config import servers_of
 from relax_gym_core.gym.processes import GymServerProcess, run_gym_servers
-from relax_gym_core.plugins import EnvironmentDefinition, Hooks, make_plugin_manager
 
 
 def _status(message: str) -> None:
@@ -78,10 +78,7 @@ def up(
     hooks = make_plugin_manager()
     definitions = [hooks.environments.get(name) for name in environments]
     policy = CallbackPolicy.from_env(hosts=callback_hosts, networks=callback_networks)
-    try:
-        sock = bind(host, port)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock = listen(host, port)
     gateway_host = "127.0.0.1" if host == "0.0.0.0" else host  # noqa: S104 - comparing, not binding
     servers = servers_of(definitions)
     _status(f"starting NeMo Gym servers: {', '.join(s.name for s in servers)}")
@@ -89,5 +86,4 @@ def up(
         for server in running.values():
             _status(f"NeMo Gym server {server.name} at {server.url} (pid {server.process.pid})")
         specs = environment_specs(definitions, hooks, running, max_concurrency=max_concurrency)
-        settings = GatewaySettings.from_env(specs, callback_policy=policy, public_url=url_of(sock))
-        run(create_app(settings, hooks=hooks), sock, log_level=log_level)
+        serve_gateway(sock, specs, hooks, policy, log_level=log_level)

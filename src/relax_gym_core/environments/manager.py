@@ -11,11 +11,11 @@ from typing import Any
 import pluggy
 from attrs import frozen
 
-from relax_gym_core import hookspecs
+from relax_gym_core.environments import hookspecs
+from relax_gym_core.environments import reference
+from relax_gym_core.environments.definitions import CleanupContract, VerifierProbe
+from relax_gym_core.environments.registry import EnvironmentRegistrar, EnvironmentRegistry
 from relax_gym_core.errors import ConfigError, PluginError
-from relax_gym_core.plugins import reference
-from relax_gym_core.plugins.model import CleanupContract, VerifierProbe
-from relax_gym_core.plugins.registry import EnvironmentRegistrar, EnvironmentRegistry
 from relax_gym_core.protocol import Generation
 from relax_gym_core.runtimes.base import RunResult
 

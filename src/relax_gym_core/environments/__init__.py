@@ -1,8 +1,6 @@
 """The plugin system: what plugins describe, the registry, the manager factory and typed facade."""
 
-from relax_gym_core.hookspecs import hookimpl
-from relax_gym_core.plugins.manager import Hooks, PluginInfo, PluginLoadError, make_plugin_manager
-from relax_gym_core.plugins.model import (
+from relax_gym_core.environments.definitions import (
     STATELESS,
     CleanupContract,
     EnvironmentDefinition,
@@ -12,7 +10,9 @@ from relax_gym_core.plugins.model import (
     VerifierProbe,
     verify_body,
 )
-from relax_gym_core.plugins.registry import (
+from relax_gym_core.environments.hookspecs import hookimpl
+from relax_gym_core.environments.manager import Hooks, PluginInfo, PluginLoadError, make_plugin_manager
+from relax_gym_core.environments.registry import (
     DuplicateEnvironmentError,
     EnvironmentRegistrar,
     EnvironmentRegistry,

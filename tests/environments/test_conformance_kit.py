@@ -18,8 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relax_gym_core.errors import ConfigError
-from relax_gym_core.plugins import (
+from relax_gym_core.environments import (
     CleanupContract,
     EnvironmentDefinition,
     EnvironmentFailure,
@@ -30,7 +29,8 @@ from relax_gym_core.plugins import (
     hookimpl,
     make_plugin_manager,
 )
-from relax_gym_core.plugins.reference import convert_row as reference_convert
+from relax_gym_core.environments.reference import convert_row as reference_convert
+from relax_gym_core.errors import ConfigError
 from relax_gym_core.protocol import CreateTrialRequest, TrialSnapshot, structure, unstructure
 from relax_gym_core.protocol.jsonutil import is_finite_json
 from relax_gym_core.runtimes.base import RunResult

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from relax_gym_core.plugins import RowError, make_plugin_manager
-from relax_gym_core.plugins.reference import GSM8K_PROMPT, build_run_body, convert_row, map_result
+from relax_gym_core.environments import RowError, make_plugin_manager
+from relax_gym_core.environments.reference import GSM8K_PROMPT, build_run_body, convert_row, map_result
 from relax_gym_core.protocol import Generation, TrialStatus
 
 R2E_ROW: dict[str, Any] = {

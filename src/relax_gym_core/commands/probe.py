@@ -17,9 +17,15 @@ from typing import Any
 import httpx
 from attrs import frozen
 
+from relax_gym_core.environments import (
+    EnvironmentDefinition,
+    Hooks,
+    NemoGymServer,
+    VerifierProbe,
+    verify_body,
+)
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.processes import free_ports, run_gym_servers
-from relax_gym_core.plugins import EnvironmentDefinition, Hooks, NemoGymServer, VerifierProbe, verify_body
 
 VERIFY_TIMEOUT_S = 120.0
 

@@ -16,9 +16,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from relax_gym_core.environments.definitions import RowError
+from relax_gym_core.environments.manager import Hooks
 from relax_gym_core.errors import RelaxGymError
-from relax_gym_core.plugins.manager import Hooks
-from relax_gym_core.plugins.model import RowError
 
 
 class ConversionError(RelaxGymError, ValueError):

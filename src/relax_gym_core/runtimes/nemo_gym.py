@@ -2,8 +2,9 @@
 
 - Each /run is its own call with no cookies kept (NeMo Gym session cookies must never leak between
   trials) and no timeout: the trial's deadline is the only bound (the service cancels the call).
-- The trial's model-call capability rides in responses_create_params.metadata, which NeMo Gym 0.4.0's
-  simple_agent resends unchanged on every model call; the bridge strips it before going upstream.
+- The trial's model-call tag (RunContext.model.metadata) rides in responses_create_params.metadata, which
+  NeMo Gym 0.4.0's simple_agent resends unchanged on every model call; the bridge strips it before going
+  upstream.
 - Abort closes the /run call, then runs the environment's cleanup contract and probes it.
 """
 
@@ -17,8 +18,7 @@ from typing import Any
 import aiohttp
 from attrs import frozen
 
-from relax_gym_core.bridge.payloads import CAPABILITY_TAG
-from relax_gym_core.plugins import Hooks
+from relax_gym_core.environments import Hooks
 from relax_gym_core.runtimes.base import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
@@ -135,10 +135,7 @@ class NemoGymRuntime:
         )
         params = body.setdefault("responses_create_params", {})
         metadata = params.get("metadata")
-        params["metadata"] = {
-            **(metadata if isinstance(metadata, dict) else {}),
-            CAPABILITY_TAG: context.rollout_id,
-        }
+        params["metadata"] = {**(metadata if isinstance(metadata, dict) else {}), **context.model.metadata}
         return body
 
     async def start(self, context: RunContext) -> RunHandle:

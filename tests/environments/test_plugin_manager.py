@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from relax_gym_core.errors import ConfigError, PluginError
-from relax_gym_core.plugins import (
+from relax_gym_core.environments import (
     STATELESS,
     DuplicateEnvironmentError,
     EnvironmentDefinition,
@@ -22,13 +21,14 @@ from relax_gym_core.plugins import (
     hookimpl,
     make_plugin_manager,
 )
-from relax_gym_core.plugins.manager import DISABLE_VAR, TRACE_VAR
+from relax_gym_core.environments.manager import DISABLE_VAR, TRACE_VAR
+from relax_gym_core.errors import ConfigError, PluginError
 
 BROKEN_PLUGIN = """
 import relax_gym_fake_sdk_that_is_not_installed  # the plugin's own dependency is missing
 """
 MISSPELLED_PLUGIN = """
-from relax_gym_core.plugins import hookimpl
+from relax_gym_core.environments import hookimpl
 
 
 @hookimpl
@@ -36,7 +36,7 @@ def convert_rows(environment, row):
     return {"input": [], "metadata": {}}
 """
 WRONG_ARGUMENTS_PLUGIN = """
-from relax_gym_core.plugins import hookimpl
+from relax_gym_core.environments import hookimpl
 
 
 @hookimpl
