@@ -23,7 +23,7 @@ import attrs
 
 from relax_gym_core.protocol import CreateTrialRequest, TrialStatus, parse_create_request
 from relax_gym_core.runtimes import CLEANUP_CONFIRMED, EchoRuntime, RunResult
-from relax_gym_core.testing import start_gateway
+from relax_gym_core.testing.web import start_gateway
 from relax_gym_core.trials import Admission, MemoryStore, TrialBook, TrialService
 
 KEY = ("echo", "echo")

@@ -116,11 +116,16 @@ class ClientError(RelaxGymError):
 
 
 class GatewayRequestError(ClientError):
-    """The gateway answered with an error, or did not answer."""
+    """The gateway answered with an error, or did not answer.
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    `detail` is the gateway's own reason (the `detail` of its JSON error body), already made safe to
+    print: one line, bounded, the client's secrets masked. None when there was no such reason.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.detail = detail
 
 
 class TrialFailedError(ClientError):

@@ -20,7 +20,7 @@ from attrs import frozen
 
 from relax_gym_core.bridge import CallbackPolicy
 from relax_gym_core.gateway import GatewaySettings, create_app, parse_environments
-from relax_gym_core.testing import ScriptedPolicy, ThreadedServer, run_policy, serve_in_thread
+from relax_gym_core.testing.web import ScriptedPolicy, ThreadedServer, run_policy, serve_in_thread
 
 ECHO_SPECS = {"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 8, "queue_capacity": 8}}
 AGENT_KEY = "agent-side-key"  # what the agent's SDK is configured with; must never reach the policy

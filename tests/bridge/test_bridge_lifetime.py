@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from relax_gym_core.testing import ScriptedPolicy, reply_error
+from relax_gym_core.testing import reply_error
+from relax_gym_core.testing.web import ScriptedPolicy
 
 
 def test_abort_cancels_the_back_off_without_another_attempt(gateway: Any, policy: ScriptedPolicy) -> None:

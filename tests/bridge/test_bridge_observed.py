@@ -9,7 +9,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from relax_gym_core.observe import TrialEvent
-from relax_gym_core.testing import RecordingObserver, ScriptedPolicy, reply_error, reply_text
+from relax_gym_core.testing import RecordingObserver, reply_error, reply_text
+from relax_gym_core.testing.web import ScriptedPolicy
 
 
 def test_calls_and_transitions_are_observed(gateway_factory: Any, policy: ScriptedPolicy) -> None:

@@ -21,7 +21,6 @@ from relax_gym_core.testing import (
     Gate,
     ModelReply,
     RecordedRequest,
-    ScriptedPolicy,
     ScriptedReply,
     ToolCall,
     reply_error,
@@ -29,9 +28,9 @@ from relax_gym_core.testing import (
     reply_raw,
     reply_text,
     reply_tool_calls,
-    run_policy,
 )
 from relax_gym_core.testing.policy import responses_object
+from relax_gym_core.testing.web import ScriptedPolicy, run_policy
 
 from .conftest import AGENT_KEY, SDK_TIMEOUT_S, BridgeGateway, Trial
 

@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from relax_gym_core.testing import ScriptedPolicy, start_gateway
+from relax_gym_core.testing.web import ScriptedPolicy, start_gateway
 
 ECHO = {"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 4, "queue_capacity": 4}}
 

@@ -10,7 +10,8 @@ import pytest
 from starlette.routing import Route
 
 from relax_gym_core.bridge.routes import RESOURCES, match_model_call
-from relax_gym_core.testing import ScriptedPolicy, reply_text
+from relax_gym_core.testing import reply_text
+from relax_gym_core.testing.web import ScriptedPolicy
 
 from .conftest import AGENT_KEY, BridgeGateway
 

@@ -18,7 +18,7 @@ from relax_gym_core.client import (
     run_trial,
 )
 from relax_gym_core.errors import TrialFailedError
-from relax_gym_core.testing import GatewayProcess, start_gateway
+from relax_gym_core.testing.web import GatewayProcess, start_gateway
 
 pytestmark = pytest.mark.anyio
 

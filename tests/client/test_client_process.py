@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from relax_gym_core.client import stable_request_id
-from relax_gym_core.testing import GatewayProcess, start_gateway
+from relax_gym_core.testing.web import GatewayProcess, start_gateway
 
 SAFETY_S = 60  # guards against hangs only
 CONSOLE_SCRIPT = Path(sys.executable).with_name("relax-gym-client")

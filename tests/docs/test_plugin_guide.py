@@ -46,8 +46,8 @@ def test_the_example_plugin_passes_the_conformance_kit(tmp_path: Path) -> None:
     "dotted",
     [
         "relax_gym_core.testing.check_probes",
-        "relax_gym_core.testing.ScriptedPolicy",
-        "relax_gym_core.testing.oracle.OracleScript",
+        "relax_gym_core.testing.web.ScriptedPolicy",
+        "relax_gym_core.testing.OracleScript",
         "relax_gym_core.gym.processes.run_gym_servers",
         "relax_gym_core.environments.EnvironmentFailure",
         "relax_gym_core.environments.RowError",

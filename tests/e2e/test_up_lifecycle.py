@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from relax_gym_core.testing import start_up
+from relax_gym_core.testing.web import start_up
 
 pytest.importorskip("relax_gym_workplace")
 

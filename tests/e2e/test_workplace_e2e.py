@@ -23,14 +23,13 @@ from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import (
     Gate,
     RecordedRequest,
-    ScriptedPolicy,
     ScriptedReply,
     ToolCall,
     reply_text,
     reply_tool_calls,
-    start_up,
 )
 from relax_gym_core.testing.oracle import OracleScript
+from relax_gym_core.testing.web import ScriptedPolicy, start_up
 
 pytestmark = pytest.mark.anyio
 

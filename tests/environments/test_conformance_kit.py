@@ -334,7 +334,7 @@ class NoRolloutIndices(GoodPlugin):
         (
             ExtraKey(),
             ROWS,
-            ["convert_row must return exactly {'input': [...], 'metadata': {...}}, got ['input', 'label'"],
+            ["must return exactly {'input': [...], 'metadata': {...}}, got ['input', 'label'"],
         ),
         (Refuses(), ROWS, ["rows[1]: a good row was refused: category is not supported"]),
         (NoRolloutIndices(), ROWS, ["_ng_task_index/_ng_rollout_index are (None, None)"]),

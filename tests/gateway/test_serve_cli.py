@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from relax_gym_core.gateway.server import bind
-from relax_gym_core.testing import start_gateway
+from relax_gym_core.testing.web import start_gateway
 
 
 def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,8 @@ from attrs import define, field
 from relax_gym_core.environments import Hooks, make_plugin_manager, verify_body
 from relax_gym_core.gym.processes import run_gym_servers
 from relax_gym_core.protocol import Generation
-from relax_gym_core.testing import check_probes, serve_in_thread
+from relax_gym_core.testing import check_probes
+from relax_gym_core.testing.web import serve_in_thread
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse

@@ -1,6 +1,7 @@
 """Client-side refinements of the project's error tree (relax_gym_core.errors).
 
-Every message is safe to print: no response bodies, no tokens.
+Every message is safe to print: no tokens, no request bodies; a gateway's reason only as sanitised by
+relax_gym_core.client.diagnosis.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ class TrialCancelledError(ClientError):
 class TrialGoneError(GatewayRequestError):
     """The gateway does not know the trial any more (HTTP 404): never created, expired, or lost."""
 
-    def __init__(self, message: str, *, expired: bool = False, restarted: bool = False) -> None:
-        super().__init__(message, status_code=404)
+    def __init__(
+        self, message: str, *, expired: bool = False, restarted: bool = False, detail: str | None = None
+    ) -> None:
+        super().__init__(message, status_code=404, detail=detail)
         self.expired = expired
         self.restarted = restarted
 

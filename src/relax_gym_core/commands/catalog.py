@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from relax_gym_core.environments.definitions import RowError
 from relax_gym_core.environments.manager import Hooks
-from relax_gym_core.errors import RelaxGymError
+from relax_gym_core.errors import PluginError, RelaxGymError
 
 
 class ConversionError(RelaxGymError, ValueError):
@@ -136,18 +136,7 @@ def _check_distinct(input_path: Path, output_path: Path) -> None:
         )
 
 
-def _encode(path: Path, number: int, converted: object) -> bytes:
-    if (
-        not isinstance(converted, dict)
-        or set(converted) != {"input", "metadata"}
-        or not isinstance(converted["input"], list)
-        or not isinstance(converted["metadata"], dict)
-    ):
-        raise ConversionError(
-            f"{path}:{number}: convert_row must return {{'input': [...], 'metadata': {{...}}}}, "
-            f"got {type(converted).__name__}"
-            + (f" with keys {sorted(converted)}" if isinstance(converted, dict) else "")
-        )
+def _encode(path: Path, number: int, converted: dict[str, Any]) -> bytes:
     try:
         text = json.dumps(converted, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -173,7 +162,7 @@ def _write_rows(
     for number, row in _rows(path, source):
         try:
             converted = hooks.convert_row(environment, row)
-        except RowError as exc:
+        except (RowError, PluginError) as exc:  # PluginError: the plugin broke the Relax row shape
             raise ConversionError(f"{path}:{number}: {exc}") from None
         except Exception as exc:  # a plugin bug: keep its traceback, say where it happened
             exc.add_note(f"while converting {path}:{number} for environment {environment!r}")

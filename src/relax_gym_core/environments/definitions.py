@@ -13,6 +13,7 @@ from typing import Any, Literal
 from attrs import field, frozen
 
 from relax_gym_core.protocol import InterruptPolicy
+from relax_gym_core.protocol.jsonutil import is_finite_json
 
 type ServerKind = Literal["resources_servers", "responses_api_agents", "responses_api_models"]
 
@@ -103,6 +104,22 @@ def verify_body(
             "tools": copy.deepcopy(params.get("tools", [])),
         },
     }
+
+
+def relax_row_problem(row: object) -> str | None:
+    """What is wrong with a converted row, or None: a Relax row is exactly
+    ``{"input": [messages...], "metadata": {...}}`` of finite JSON (it is written to a JSONL file and read
+    back by Relax, which sends ``input`` as the session's messages and ``metadata`` beside them)."""
+    if not isinstance(row, dict) or set(row) != {"input", "metadata"}:
+        keys = sorted(row) if isinstance(row, dict) else type(row).__name__
+        return f"must return exactly {{'input': [...], 'metadata': {{...}}}}, got {keys}"
+    if not isinstance(row["input"], list):
+        return f"input must be a list of messages, got {type(row['input']).__name__}"
+    if not isinstance(row["metadata"], dict):
+        return f"metadata must be an object, got {type(row['metadata']).__name__}"
+    if not is_finite_json(row):
+        return "the converted row must be finite JSON (it is written to a JSONL file)"
+    return None
 
 
 class RowError(ValueError):

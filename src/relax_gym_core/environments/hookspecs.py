@@ -57,15 +57,6 @@ def build_run_body(
 
 
 @hookspec(firstresult=True)
-def route_row(row: dict[str, Any]) -> tuple[str, str] | None:
-    """Name the (environment, config) a mixed-dataset row belongs to, or None if not yours.
-
-    Stops at first non-None result. Use a namespaced tag the dataset builder wrote, never bare field
-    names a foreign dataset might also carry.
-    """
-
-
-@hookspec(firstresult=True)
 def verifier_probes(environment: str) -> list[VerifierProbe] | None:
     """Known-good and known-bad outputs for real rows, with the reward the real verifier must give."""
 
@@ -91,6 +82,5 @@ __all__ = [
     "convert_row",
     "map_result",
     "register_environments",
-    "route_row",
     "verifier_probes",
 ]

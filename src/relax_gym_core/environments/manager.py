@@ -11,9 +11,8 @@ from typing import Any
 import pluggy
 from attrs import frozen
 
-from relax_gym_core.environments import hookspecs
-from relax_gym_core.environments import reference
-from relax_gym_core.environments.definitions import CleanupContract, VerifierProbe
+from relax_gym_core.environments import hookspecs, reference
+from relax_gym_core.environments.definitions import CleanupContract, VerifierProbe, relax_row_problem
 from relax_gym_core.environments.registry import EnvironmentRegistrar, EnvironmentRegistry
 from relax_gym_core.errors import ConfigError, PluginError
 from relax_gym_core.protocol import Generation
@@ -138,8 +137,13 @@ class Hooks:
         return next((info for info in self.plugins if info.name == name), None)
 
     def convert_row(self, environment: str, row: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self.pm.hook.convert_row(environment=environment, row=row)
-        return result
+        """The Relax row for a raw row; PluginError if the answering plugin broke the row shape."""
+        result = self.pm.hook.convert_row(environment=environment, row=row)
+        problem = relax_row_problem(result)
+        if problem is not None:
+            raise PluginError(f"convert_row for environment {environment!r}: {problem}")
+        converted: dict[str, Any] = result
+        return converted
 
     def build_run_body(
         self, environment: str, task: dict[str, Any], generation: Generation, rollout_id: str
@@ -148,10 +152,6 @@ class Hooks:
             environment=environment, task=task, generation=generation, rollout_id=rollout_id
         )
         return body
-
-    def route_row(self, row: dict[str, Any]) -> tuple[str, str] | None:
-        route: tuple[str, str] | None = self.pm.hook.route_row(row=row)
-        return route
 
     def verifier_probes(self, environment: str) -> list[VerifierProbe]:
         probes: list[VerifierProbe] | None = self.pm.hook.verifier_probes(environment=environment)

@@ -1,5 +1,9 @@
-"""Public test support: run a real gateway process, a scripted Relax policy server, and (later) the plugin
-conformance kit."""
+"""Public test support for relax-gym and its plugins: the conformance kit, Hypothesis strategies, scripted
+model replies, oracle scripts built from verifier probes, and a recording observer.
+
+Importable with the light core plus hypothesis (no web stack). The scripted policy server and real
+gateway processes live in ``relax_gym_core.testing.web`` (needs the gateway extra).
+"""
 
 from relax_gym_core.testing.contract import (
     ConformanceError,
@@ -9,39 +13,33 @@ from relax_gym_core.testing.contract import (
     check_result_mapping,
 )
 from relax_gym_core.testing.observer import RecordingObserver
-from relax_gym_core.testing.policy import (
+from relax_gym_core.testing.oracle import OracleScript
+from relax_gym_core.testing.replies import (
     ErrorReply,
     Gate,
     ModelReply,
     RawReply,
     RecordedRequest,
-    ScriptedPolicy,
     ScriptedReply,
-    ThreadedServer,
     ToolCall,
     reply_error,
     reply_json,
     reply_raw,
     reply_text,
     reply_tool_calls,
-    run_policy,
-    serve_in_thread,
 )
-from relax_gym_core.testing.processes import GatewayProcess, start_gateway, start_up
 from relax_gym_core.testing.strategies import corrupted_rows, create_requests, json_values, snapshots
 
 __all__ = [
     "ConformanceError",
     "ErrorReply",
     "Gate",
-    "GatewayProcess",
     "ModelReply",
+    "OracleScript",
     "RawReply",
     "RecordedRequest",
     "RecordingObserver",
-    "ScriptedPolicy",
     "ScriptedReply",
-    "ThreadedServer",
     "ToolCall",
     "check_conversion",
     "check_probes",
@@ -55,9 +53,5 @@ __all__ = [
     "reply_raw",
     "reply_text",
     "reply_tool_calls",
-    "run_policy",
-    "serve_in_thread",
     "snapshots",
-    "start_gateway",
-    "start_up",
 ]

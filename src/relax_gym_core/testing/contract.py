@@ -33,6 +33,7 @@ from relax_gym_core.environments import (
     RowError,
 )
 from relax_gym_core.environments.definitions import ServerKind
+from relax_gym_core.errors import PluginError
 from relax_gym_core.protocol import Generation
 from relax_gym_core.protocol.jsonutil import is_finite_json
 from relax_gym_core.runtimes.base import RunResult
@@ -191,19 +192,6 @@ def check_registration(hooks: Hooks, environment: str, *, installed: bool = True
 # ---- conversion ------------------------------------------------------------------------------------------
 
 
-def _shape_problem(converted: object) -> str | None:
-    if not isinstance(converted, dict) or set(converted) != {"input", "metadata"}:
-        keys = sorted(converted) if isinstance(converted, dict) else type(converted).__name__
-        return f"convert_row must return exactly {{'input': [...], 'metadata': {{...}}}}, got {keys}"
-    if not isinstance(converted["input"], list):
-        return f"converted input must be a list of messages, got {type(converted['input']).__name__}"
-    if not isinstance(converted["metadata"], dict):
-        return f"converted metadata must be an object, got {type(converted['metadata']).__name__}"
-    if not is_finite_json(converted):
-        return "the converted row must be finite JSON (it is written to a JSONL file)"
-    return None
-
-
 def _params_problems(
     raw_params: dict[str, Any], params: dict[str, Any], normalised: Collection[str]
 ) -> list[str]:
@@ -271,17 +259,16 @@ def _check_rejection(
     @given(corrupted_rows(rows))
     def broken_rows_convert_or_raise_row_error(broken: dict[str, Any]) -> None:
         try:
-            converted = hooks.convert_row(environment, broken)
+            hooks.convert_row(environment, broken)  # the facade checks the row shape
         except RowError:
             return
+        except PluginError as exc:
+            raise ConformanceError(f"{exc} (broken row: {json.dumps(broken)[:500]})") from exc
         except Exception as exc:
             raise ConformanceError(
                 f"convert_row raised {type(exc).__name__}: {exc} for a broken row; raise RowError "
                 f"naming the field instead (row: {json.dumps(broken)[:500]})"
             ) from exc
-        problem = _shape_problem(converted)
-        if problem:
-            raise ConformanceError(f"{problem} (broken row: {json.dumps(broken)[:500]})")
 
     broken_rows_convert_or_raise_row_error()
 
@@ -316,12 +303,11 @@ def check_conversion(
         except RowError as exc:
             problems.append(f"rows[{index}]: a good row was refused: {exc}")
             continue
+        except PluginError as exc:  # the facade refused the row shape
+            problems.append(f"rows[{index}]: {exc}")
+            continue
         if given_row != row:
             problems.append(f"rows[{index}]: convert_row mutated the raw row")
-        problem = _shape_problem(converted)
-        if problem:
-            problems.append(f"rows[{index}]: {problem}")
-            continue
         converted_rows.append(converted)
         problems += [
             f"rows[{index}]: {problem}"
@@ -426,7 +412,7 @@ def check_probes(hooks: Hooks, environment: str, verify: Verify, *, require_cont
     for probe in probes:
         try:
             hooks.convert_row(environment, copy.deepcopy(dict(probe.row)))
-        except RowError as exc:
+        except (RowError, PluginError) as exc:
             problems.append(f"probe {probe.name!r}: its row does not convert: {exc}")
         reward = verify(copy.deepcopy(dict(probe.row)), [copy.deepcopy(dict(item)) for item in probe.output])
         if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):

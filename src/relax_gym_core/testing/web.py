@@ -1,0 +1,20 @@
+"""The web half of the test support: a scripted policy server and real relax-gym processes.
+
+Kept out of ``relax_gym_core.testing`` so that package (and the pytest plugin that loads it) imports with
+the light core plus hypothesis: Relax installs ``relax-gym-core`` without the gateway extra. Importing this
+module needs the gateway extra (Starlette, uvicorn).
+"""
+
+from relax_gym_core.testing.policy import ScriptedPolicy, run_policy
+from relax_gym_core.testing.processes import GatewayProcess, start_gateway, start_up
+from relax_gym_core.testing.threaded import ThreadedServer, serve_in_thread
+
+__all__ = [
+    "GatewayProcess",
+    "ScriptedPolicy",
+    "ThreadedServer",
+    "run_policy",
+    "serve_in_thread",
+    "start_gateway",
+    "start_up",
+]
