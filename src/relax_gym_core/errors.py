@@ -2,7 +2,8 @@
 
     RelaxGymError
     ├── ProtocolError                 invalid wire data (422)
-    │   └── InvalidJSONError          body is not JSON at all (400)
+    │   ├── InvalidJSONError          body is not JSON at all (400)
+    │   └── FieldError                a wire type's validator names the field it refuses
     ├── TrialError
     │   ├── TrialNotFoundError        unknown request_id (404)
     │   ├── TrialExpiredError         request_id known once, record evicted (404)
@@ -14,8 +15,18 @@
     │   ├── CapabilityUnavailableError  unknown, inactive or expired rollout capability (410)
     │   ├── CallbackURLRejectedError    model_endpoint.base_url refused by the allowlist (400)
     │   └── UpstreamError               the trainer's model API failed us (502)
+    │       ├── UpstreamTransportError  one attempt may have reached it (never replayed)
+    │       └── UpstreamTimeoutError    one attempt ran out of budget
     ├── ConfigError                   bad gateway/plugin configuration (startup, exit != 0)
     ├── PluginError                   a plugin failed to load or validate
+    │   ├── PluginLoadError           its entry point failed to import (names the distribution)
+    │   ├── DuplicateEnvironmentError two plugins claim one environment
+    │   └── UnknownEnvironmentError   no installed plugin provides it (names the installed ones)
+    ├── RowError                      a raw dataset row cannot be converted (names the field)
+    ├── ConversionError               a dataset file cannot be converted (names file:line)
+    ├── RunError                      a run failed: the trial ends failed (agent_error), never scored
+    │   ├── EnvironmentFailure        an infrastructure failure with a kind, never a reward of 0
+    │   └── AgentRunError             the agent's /run gave no usable answer
     └── ClientError                   the thin client could not finish a trial
         ├── GatewayRequestError       the gateway answered with an error or not at all
         └── TrialFailedError          the trial ended without an exportable reward
@@ -37,6 +48,10 @@ class ProtocolError(RelaxGymError, ValueError):
 
 class InvalidJSONError(ProtocolError):
     """The body could not be parsed as JSON."""
+
+
+class FieldError(ProtocolError):
+    """A wire type's validator refused a value; its message starts with the field it is about."""
 
 
 class TrialError(RelaxGymError):
@@ -98,9 +113,17 @@ class CallbackURLRejectedError(CallbackError):
 class UpstreamError(CallbackError):
     """The upstream model API failed (transport, budget, or a non-JSON answer)."""
 
-    def __init__(self, message: str, *, attempts: int = 0) -> None:
+    def __init__(self, message: str = "upstream model call failed", *, attempts: int = 0) -> None:
         super().__init__(message)
         self.attempts = attempts  # upstream attempts made before giving up (for observers)
+
+
+class UpstreamTransportError(UpstreamError):
+    """One upstream attempt failed in transport: it may have reached the model API (never replayed)."""
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """One upstream attempt ran out of its budget."""
 
 
 class ConfigError(RelaxGymError, ValueError):
@@ -109,6 +132,45 @@ class ConfigError(RelaxGymError, ValueError):
 
 class PluginError(RelaxGymError):
     """A plugin failed to load or to validate."""
+
+
+class PluginLoadError(PluginError):
+    """A plugin's entry point failed to import (names the entry point and its distribution)."""
+
+
+class DuplicateEnvironmentError(PluginError):
+    """Two registrations claim the same environment name or (environment, config) pair."""
+
+
+class UnknownEnvironmentError(PluginError, LookupError):
+    """No installed plugin provides this environment."""
+
+
+class RowError(RelaxGymError, ValueError):
+    """A raw row cannot be converted; the message says which field and why."""
+
+
+class ConversionError(RelaxGymError, ValueError):
+    """A dataset file could not be converted; the message names the file (and line)."""
+
+
+class RunError(RelaxGymError):
+    """A run failed: the trial ends failed with code agent_error and is never scored."""
+
+
+class EnvironmentFailure(RunError):
+    """A run ended in an infrastructure failure (not a model failure): never a reward of 0.
+
+    `kind` names the failure ("verifier_error", "sandbox_lost", ...) and is reported in the trial error.
+    """
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class AgentRunError(RunError):
+    """The agent's /run did not produce a usable answer."""
 
 
 class ClientError(RelaxGymError):

@@ -28,7 +28,7 @@ from pyreqwest.client import ClientBuilder
 from pyreqwest.proxy import ProxyBuilder
 from pyreqwest.request import ConsumedRequest
 
-from relax_gym_core.errors import UpstreamError
+from relax_gym_core.errors import UpstreamError, UpstreamTimeoutError, UpstreamTransportError
 
 logger = logging.getLogger("relax_gym.bridge")
 
@@ -55,14 +55,6 @@ class UpstreamReply:
 
 def _passed(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple((name, headers[name]) for name in PASSED_HEADERS if name in headers)
-
-
-class UpstreamTransportError(Exception):
-    """The request may or may not have reached the upstream (never retried)."""
-
-
-class UpstreamTimeoutError(Exception):
-    """The attempt ran out of budget."""
 
 
 class UpstreamClient(Protocol):

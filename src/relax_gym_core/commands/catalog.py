@@ -16,14 +16,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from relax_gym_core.environments.definitions import RowError
 from relax_gym_core.environments.manager import Hooks
-from relax_gym_core.errors import PluginError, RelaxGymError
-
-
-class ConversionError(RelaxGymError, ValueError):
-    """A dataset file could not be converted; the message names the file (and line)."""
-
+from relax_gym_core.errors import ConversionError, PluginError, RowError
 
 # ---- relax-gym plugins ---------------------------------------------------------------------------------
 

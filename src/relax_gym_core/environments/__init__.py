@@ -4,18 +4,18 @@ from relax_gym_core.environments.definitions import (
     STATELESS,
     CleanupContract,
     EnvironmentDefinition,
-    EnvironmentFailure,
     NemoGymServer,
-    RowError,
     VerifierProbe,
     verify_body,
 )
 from relax_gym_core.environments.hookspecs import hookimpl
-from relax_gym_core.environments.manager import Hooks, PluginInfo, PluginLoadError, make_plugin_manager
-from relax_gym_core.environments.registry import (
+from relax_gym_core.environments.manager import Hooks, PluginInfo, make_plugin_manager
+from relax_gym_core.environments.registry import EnvironmentRegistrar, EnvironmentRegistry
+from relax_gym_core.errors import (
     DuplicateEnvironmentError,
-    EnvironmentRegistrar,
-    EnvironmentRegistry,
+    EnvironmentFailure,
+    PluginLoadError,
+    RowError,
     UnknownEnvironmentError,
 )
 from relax_gym_core.runtimes.base import RunResult

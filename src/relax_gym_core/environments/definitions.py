@@ -14,8 +14,11 @@ from attrs import field, frozen
 
 from relax_gym_core.protocol import InterruptPolicy
 from relax_gym_core.protocol.jsonutil import is_finite_json
+from relax_gym_core.trials.records import Admission
 
 type ServerKind = Literal["resources_servers", "responses_api_agents", "responses_api_models"]
+
+_ADMISSION = Admission()
 
 
 @frozen(kw_only=True)
@@ -35,12 +38,26 @@ class NemoGymServer:
 
 
 @frozen(kw_only=True)
-class CleanupContract:
-    """How a run's remote state is released and proven released, by rollout id.
+class CleanupURLs:
+    """A run's cleanup endpoints as the runtimes read them: full URLs, each with "{rollout_id}".
 
-    stateless=True means there is nothing to release once the /run call is closed: cleanup is confirmed
-    without calls. Otherwise each path (with "{rollout_id}") is called on `server`: abort and force are
-    POSTed, the probe is a GET answering {"clean": true} when nothing is left.
+    stateless=True means nothing is left once the /run call is closed: cleanup is confirmed without
+    calls. Otherwise abort and force cleanup are POSTed and the probe is a GET answering
+    {"clean": true} when nothing is left. Field names are the environments file's keys.
+    """
+
+    stateless: bool = False
+    abort_url: str | None = None
+    force_cleanup_url: str | None = None
+    cleanup_probe_url: str | None = None
+
+
+@frozen(kw_only=True)
+class CleanupContract:
+    """How a plugin's runs are released and proven released: paths on one of its servers.
+
+    `relax-gym up` resolves it against the server's address (resolve()) into the CleanupURLs the
+    runtime reads: the one translation between the two.
     """
 
     stateless: bool = False
@@ -48,6 +65,20 @@ class CleanupContract:
     abort_path: str | None = None
     force_path: str | None = None
     probe_path: str | None = None
+
+    def resolve(self, base_url: str | None) -> CleanupURLs:
+        """The URLs of this contract on a server at `base_url` (None when the contract names none)."""
+        if self.stateless:
+            return CleanupURLs(stateless=True)
+
+        def url(path: str | None) -> str | None:
+            return f"{base_url.rstrip('/')}{path}" if base_url is not None and path is not None else None
+
+        return CleanupURLs(
+            abort_url=url(self.abort_path),
+            force_cleanup_url=url(self.force_path),
+            cleanup_probe_url=url(self.probe_path),
+        )
 
 
 STATELESS = CleanupContract(stateless=True)
@@ -62,12 +93,25 @@ class EnvironmentDefinition:
     agent: str  # the server instance whose POST /run runs one trial
     servers: tuple[NemoGymServer, ...]
     description: str = ""
-    interrupt_policy: InterruptPolicy = InterruptPolicy.PROTECTED
-    max_deadline_s: float = 1800.0
-    max_concurrency: int = 8
-    queue_capacity: int = 32
+    # Admission limits; their defaults are Admission's (the reference's), the one source of them.
+    interrupt_policy: InterruptPolicy = _ADMISSION.interrupt_policy
+    max_deadline_s: float = _ADMISSION.max_deadline_s
+    max_concurrency: int = _ADMISSION.max_concurrency
+    queue_capacity: int = _ADMISSION.queue_capacity
     # Servers whose GET / must answer before the environment is ready (default: all of them).
     readiness: tuple[str, ...] | None = None
+    # Which runtime runs its trials: "nemo_gym" (its agent server's POST /run), or a runtime a plugin
+    # registers with register_runtimes (then `servers` may be empty and `agent` names no server).
+    runtime: str = "nemo_gym"
+
+    @property
+    def admission(self) -> Admission:
+        return Admission(
+            max_concurrency=self.max_concurrency,
+            queue_capacity=self.queue_capacity,
+            max_deadline_s=self.max_deadline_s,
+            interrupt_policy=self.interrupt_policy,
+        )
 
 
 @frozen(kw_only=True)
@@ -120,18 +164,3 @@ def relax_row_problem(row: object) -> str | None:
     if not is_finite_json(row):
         return "the converted row must be finite JSON (it is written to a JSONL file)"
     return None
-
-
-class RowError(ValueError):
-    """A raw row cannot be converted; the message says which field and why."""
-
-
-class EnvironmentFailure(RuntimeError):
-    """A run ended in an infrastructure failure (not a model failure): never a reward of 0.
-
-    `kind` names the failure ("verifier_error", "sandbox_lost", ...) and is reported in the trial error.
-    """
-
-    def __init__(self, message: str, *, kind: str) -> None:
-        super().__init__(message)
-        self.kind = kind

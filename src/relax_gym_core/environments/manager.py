@@ -14,17 +14,13 @@ from attrs import frozen
 from relax_gym_core.environments import hookspecs, reference
 from relax_gym_core.environments.definitions import CleanupContract, VerifierProbe, relax_row_problem
 from relax_gym_core.environments.registry import EnvironmentRegistrar, EnvironmentRegistry
-from relax_gym_core.errors import ConfigError, PluginError
+from relax_gym_core.errors import ConfigError, PluginError, PluginLoadError
 from relax_gym_core.protocol import Generation
 from relax_gym_core.runtimes.base import RunResult
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
 DISABLE_VAR = "RELAX_GYM_DISABLE_PLUGINS"
 TRACE_VAR = "RELAX_GYM_TRACE_PLUGINS"
-
-
-class PluginLoadError(PluginError):
-    """A plugin's entry point failed to import (names the entry point and its distribution)."""
 
 
 @frozen(kw_only=True)

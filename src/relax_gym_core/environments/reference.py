@@ -8,8 +8,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from relax_gym_core.environments.definitions import RowError
 from relax_gym_core.environments.hookspecs import hookimpl
+from relax_gym_core.errors import RowError
 from relax_gym_core.protocol import Generation, TrialStatus
 from relax_gym_core.runtimes.base import RunResult
 

@@ -5,15 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from relax_gym_core.environments.definitions import EnvironmentDefinition
-from relax_gym_core.errors import PluginError
-
-
-class DuplicateEnvironmentError(PluginError):
-    """Two registrations claim the same environment name or (environment, config) pair."""
-
-
-class UnknownEnvironmentError(PluginError, LookupError):
-    """No installed plugin provides this environment."""
+from relax_gym_core.errors import DuplicateEnvironmentError, PluginError, UnknownEnvironmentError
 
 
 class EnvironmentRegistrar:

@@ -15,12 +15,11 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cattrs.gen import make_dict_structure_fn
 from cattrs.preconf.json import make_converter
 
-from relax_gym_core.errors import ProtocolError
+from relax_gym_core.errors import FieldError, ProtocolError
 from relax_gym_core.protocol import jsonutil
 from relax_gym_core.protocol.types import (
     CleanupState,
     CreateTrialRequest,
-    FieldError,
     InterruptPolicy,
     TrialSnapshot,
     TrialStatus,

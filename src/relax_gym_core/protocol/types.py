@@ -15,6 +15,7 @@ from urllib.parse import SplitResult, urlsplit
 import attrs
 from attrs import field, frozen
 
+from relax_gym_core.errors import FieldError
 from relax_gym_core.protocol.jsonutil import MAX_DEPTH, is_finite_json
 
 PROTOCOL_VERSION: Final = "relax-nemo-gym/v1"
@@ -70,10 +71,6 @@ def split_http_url(value: str) -> SplitResult | None:
 
 
 # ---- validators -------------------------------------------------------------------------------------
-
-
-class FieldError(ValueError):
-    """A validator's complaint; its message starts with the field it is about."""
 
 
 def _non_empty_str(name: str) -> Any:

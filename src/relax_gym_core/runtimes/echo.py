@@ -12,16 +12,13 @@ import asyncio
 import math
 from typing import TYPE_CHECKING, Any
 
+from relax_gym_core.errors import RunError
 from relax_gym_core.runtimes.base import CLEANUP_CONFIRMED, CleanupResult, RunContext, RunHandle, RunResult
 
 if TYPE_CHECKING:
     import httpx
 
 _RESOURCES = {"chat": "chat/completions", "responses": "responses", "messages": "messages"}
-
-
-class EchoError(RuntimeError):
-    """Raised by an echo run asked to fail, or configured wrongly."""
 
 
 def _echo_options(context: RunContext) -> dict[str, Any]:
@@ -60,14 +57,14 @@ class EchoHandle:
         assert self._model is not None
         api = self._model.get("api", "chat")
         if api not in _RESOURCES:
-            raise EchoError(f"task.metadata.echo.model.api must be one of {', '.join(_RESOURCES)}")
+            raise RunError(f"task.metadata.echo.model.api must be one of {', '.join(_RESOURCES)}")
         if self._url is None or self._client is None:
-            raise EchoError("echo model calls need the gateway's public URL (relax-gym serve sets it)")
+            raise RunError("echo model calls need the gateway's public URL (relax-gym serve sets it)")
         body = _model_request(api, self._messages, self._model.get("stream") is True)
         for _ in range(int(self._model.get("calls", 1))):
             response = await self._client.post(f"{self._url}/v1/{_RESOURCES[api]}", json=body)
             if response.status_code >= 400:
-                raise EchoError(f"echo model call failed with HTTP {response.status_code}")
+                raise RunError(f"echo model call failed with HTTP {response.status_code}")
             self._calls += 1
 
     async def wait(self) -> RunResult:
@@ -76,7 +73,7 @@ class EchoHandle:
         if self._sleep_s > 0:
             await asyncio.sleep(self._sleep_s)
         if self._fail:
-            raise EchoError("echo environment asked to fail (task.metadata.echo.fail)")
+            raise RunError("echo environment asked to fail (task.metadata.echo.fail)")
         metrics: dict[str, Any] = {"echo": True}
         if self._model is not None:
             metrics["model_calls"] = self._calls

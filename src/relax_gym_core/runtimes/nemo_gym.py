@@ -19,6 +19,7 @@ import aiohttp
 from attrs import frozen
 
 from relax_gym_core.environments import Hooks
+from relax_gym_core.errors import AgentRunError
 from relax_gym_core.runtimes.base import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
@@ -31,10 +32,6 @@ from relax_gym_core.runtimes.base import (
 )
 
 logger = logging.getLogger("relax_gym.nemo_gym")
-
-
-class AgentRunError(RuntimeError):
-    """The agent's /run did not produce a usable answer."""
 
 
 @frozen(kw_only=True)
