@@ -310,7 +310,7 @@ class ScriptedRuntime:
 
 def scripted_app(app_client: Any, runtime: ScriptedRuntime, **spec: Any) -> TestClient:
     specs = {"s": {"environment": "scripted", "runtime": "scripted", **spec}}
-    return app_client(specs, runtime_factories={"scripted": lambda _spec: runtime})
+    return app_client(specs, runtime_factories={"scripted": lambda _spec, _hooks: runtime})
 
 
 def test_unconfirmed_cleanup_is_failed_cleanup_error(app_client: Any, make_body: Any) -> None:
@@ -365,7 +365,9 @@ def test_abort_during_start_cleans_the_handle(app_client: Any, make_body: Any) -
 def test_shutdown_cancels_live_trials(clock: Any, make_body: Any) -> None:
     runtime = ScriptedRuntime()
     specs = {"s": {"environment": "scripted", "runtime": "scripted", "max_concurrency": 2}}
-    app = create_app(settings(specs), clock=clock, runtime_factories={"scripted": lambda _spec: runtime})
+    app = create_app(
+        settings(specs), clock=clock, runtime_factories={"scripted": lambda _spec, _hooks: runtime}
+    )
     with TestClient(app) as client:
         body = make_body(env="scripted", config="s")
         client.post("/v1/trials", json=body)
@@ -436,7 +438,7 @@ class FailingRuntime(ScriptedRuntime):
 def test_infrastructure_failure_keeps_its_kind_and_no_reward(app_client: Any, make_body: Any) -> None:
     client = app_client(
         {"s": {"environment": "scripted", "runtime": "scripted"}},
-        runtime_factories={"scripted": lambda _spec: FailingRuntime()},
+        runtime_factories={"scripted": lambda _spec, _hooks: FailingRuntime()},
     )
     body = make_body(env="scripted", config="s")
     client.post("/v1/trials", json=body)
@@ -466,7 +468,7 @@ class MixedCleanupRuntime(ScriptedRuntime):
 def test_a_failed_cleanup_step_is_reported_as_failed(app_client: Any, make_body: Any) -> None:
     client = app_client(
         {"s": {"environment": "scripted", "runtime": "scripted"}},
-        runtime_factories={"scripted": lambda _spec: MixedCleanupRuntime()},
+        runtime_factories={"scripted": lambda _spec, _hooks: MixedCleanupRuntime()},
     )
     body = make_body(env="scripted", config="s")
     client.post("/v1/trials", json=body)

@@ -35,29 +35,23 @@ def environment_specs(
     specs = []
     for definition in definitions:
         contract = hooks.cleanup_contract(definition.name)
-        base = servers[contract.server].url if contract.server else None
-
-        def url(path: str | None, base: str | None = base) -> str | None:
-            return f"{base}{path}" if base is not None and path is not None else None
-
+        cleanup = contract.resolve(servers[contract.server].url if contract.server else None)
+        behind_agent = definition.runtime == "nemo_gym"
         readiness = definition.readiness or tuple(server.name for server in definition.servers)
         for config in definition.configs:
             specs.append(
                 EnvironmentSpec(
                     config=config,
                     environment=definition.name,
-                    runtime="nemo_gym",
-                    agent_name=definition.agent,
-                    agent_url=servers[definition.agent].url,
+                    runtime=definition.runtime,
+                    agent_name=definition.agent if behind_agent else None,
+                    agent_url=servers[definition.agent].url if behind_agent else None,
                     interrupt_policy=definition.interrupt_policy,
                     max_concurrency=max_concurrency or definition.max_concurrency,
                     queue_capacity=definition.queue_capacity,
                     max_deadline_s=definition.max_deadline_s,
-                    abort_url=url(contract.abort_path),
-                    force_cleanup_url=url(contract.force_path),
-                    cleanup_probe_url=url(contract.probe_path),
                     readiness_urls=tuple(servers[name].url + "/" for name in readiness),
-                    stateless=contract.stateless,
+                    cleanup=cleanup,
                 )
             )
     return tuple(specs)

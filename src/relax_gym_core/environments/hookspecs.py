@@ -16,7 +16,7 @@ if TYPE_CHECKING:
         CleanupContract,
         VerifierProbe,
     )
-    from relax_gym_core.environments.registry import EnvironmentRegistrar
+    from relax_gym_core.environments.registry import EnvironmentRegistrar, RuntimeRegistrar
     from relax_gym_core.protocol import Generation
     from relax_gym_core.runtimes.base import RunResult
 
@@ -31,6 +31,18 @@ def register_environments(registrar: EnvironmentRegistrar) -> None:
 
     Called once per plugin manager, when the registry is built. Registering a name twice (in one plugin
     or across plugins) is an error naming both plugins.
+    """
+
+
+@hookspec
+def register_runtimes(registrar: RuntimeRegistrar) -> None:
+    """Register runtimes this plugin brings with ``registrar.add(name, factory)``.
+
+    A runtime runs the trials of environments whose spec (or EnvironmentDefinition.runtime) names it,
+    for environments that do not run behind a NeMo Gym agent (a local sandbox, a CLI agent). The
+    factory is called once per registered (environment, config) as ``factory(spec, hooks)`` and
+    returns an object with the Runtime protocol of relax_gym_core.runtimes. The core registers
+    "echo" and "nemo_gym" this way. Registering a taken name is an error naming both plugins.
     """
 
 
@@ -82,5 +94,6 @@ __all__ = [
     "convert_row",
     "map_result",
     "register_environments",
+    "register_runtimes",
     "verifier_probes",
 ]

@@ -13,7 +13,12 @@ from attrs import frozen
 
 from relax_gym_core.environments import hookspecs, reference
 from relax_gym_core.environments.definitions import CleanupContract, VerifierProbe, relax_row_problem
-from relax_gym_core.environments.registry import EnvironmentRegistrar, EnvironmentRegistry
+from relax_gym_core.environments.registry import (
+    EnvironmentRegistrar,
+    EnvironmentRegistry,
+    RuntimeFactory,
+    RuntimeRegistrar,
+)
 from relax_gym_core.errors import ConfigError, PluginError, PluginLoadError
 from relax_gym_core.protocol import Generation
 from relax_gym_core.runtimes.base import RunResult
@@ -115,6 +120,7 @@ class Hooks:
         self.pm = pm
         self.plugins = plugins
         self._registry: EnvironmentRegistry | None = None
+        self._runtimes: dict[str, RuntimeFactory] | None = None
 
     @property
     def environments(self) -> EnvironmentRegistry:
@@ -127,6 +133,17 @@ class Hooks:
                 impl.function(*(args[name] for name in impl.argnames))
             self._registry = registry
         return self._registry
+
+    @property
+    def runtimes(self) -> dict[str, RuntimeFactory]:
+        """Runtime factories by name, from every register_runtimes hook (the core's included)."""
+        if self._runtimes is None:
+            factories: dict[str, tuple[str, RuntimeFactory]] = {}
+            for impl in self.pm.hook.register_runtimes.get_hookimpls():
+                args = {"registrar": RuntimeRegistrar(factories, impl.plugin_name)}
+                impl.function(*(args[name] for name in impl.argnames))
+            self._runtimes = {name: factory for name, (_plugin, factory) in factories.items()}
+        return self._runtimes
 
     def owner(self, environment: str) -> PluginInfo | None:
         name = self.environments.owner(environment)

@@ -1,11 +1,19 @@
-"""The environment registry: what register_environments hooks add, checked for duplicates."""
+"""The registries the registration hooks fill: environments and runtimes, checked for duplicates."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from relax_gym_core.environments.definitions import EnvironmentDefinition
 from relax_gym_core.errors import DuplicateEnvironmentError, PluginError, UnknownEnvironmentError
+
+if TYPE_CHECKING:
+    from relax_gym_core.environments.manager import Hooks
+    from relax_gym_core.environments.specs import EnvironmentSpec
+    from relax_gym_core.runtimes.base import Runtime
+
+type RuntimeFactory = Callable[[EnvironmentSpec, Hooks], Runtime]
 
 
 class EnvironmentRegistrar:
@@ -28,7 +36,7 @@ class EnvironmentRegistry:
         if not definition.configs:
             raise PluginError(f"plugin {plugin!r}: environment {definition.name!r} registers no config")
         names = {server.name for server in definition.servers}
-        if definition.agent not in names:
+        if definition.runtime == "nemo_gym" and definition.agent not in names:
             raise PluginError(
                 f"plugin {plugin!r}: environment {definition.name!r}: agent {definition.agent!r} "
                 "is not one of its servers"
@@ -61,3 +69,21 @@ class EnvironmentRegistry:
 
     def __len__(self) -> int:
         return len(self._definitions)
+
+
+class RuntimeRegistrar:
+    """What a plugin's register_runtimes hook receives."""
+
+    def __init__(self, factories: dict[str, tuple[str, RuntimeFactory]], plugin: str) -> None:
+        self._factories = factories
+        self._plugin = plugin
+
+    def add(self, name: str, factory: RuntimeFactory) -> None:
+        if not name.strip():
+            raise PluginError(f"plugin {self._plugin!r} registers a runtime with an empty name")
+        taken = self._factories.get(name)
+        if taken is not None:
+            raise PluginError(
+                f"runtime {name!r} is registered by both plugin {taken[0]!r} and plugin {self._plugin!r}"
+            )
+        self._factories[name] = (self._plugin, factory)

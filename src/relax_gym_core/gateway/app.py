@@ -17,16 +17,17 @@ from starlette.routing import Route
 
 from relax_gym_core.bridge import CAPABILITY_TAG, UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply
 from relax_gym_core.environments import Hooks, make_plugin_manager
+from relax_gym_core.environments.registry import RuntimeFactory
+from relax_gym_core.environments.specs import EnvironmentSpec, environments_document
 from relax_gym_core.errors import ConfigError, RelaxGymError
 from relax_gym_core.gateway.auth import bearer_auth
-from relax_gym_core.gateway.config import EnvironmentSpec, GatewaySettings
+from relax_gym_core.gateway.config import GatewaySettings
 from relax_gym_core.gateway.metrics import GatewayMetrics
 from relax_gym_core.gateway.openapi import build_openapi
 from relax_gym_core.observe import Observer, Observers
 from relax_gym_core.protocol import PROTOCOL_VERSION, ServiceHealth, parse_create_request, unstructure
 from relax_gym_core.protocol.jsonutil import canonical
-from relax_gym_core.runtimes import EchoRuntime, ModelRoute, Runtime
-from relax_gym_core.runtimes.nemo_gym import CleanupURLs, NemoGymRuntime
+from relax_gym_core.runtimes import ModelRoute, Runtime
 from relax_gym_core.trials import MemoryStore, TrialBook, TrialService, TrialStore
 from relax_gym_core.web import (
     handle_http_exception,
@@ -35,34 +36,9 @@ from relax_gym_core.web import (
     json_response,
 )
 
-type RuntimeFactory = Callable[[EnvironmentSpec], Runtime]
-
 
 def config_fingerprint(specs: tuple[EnvironmentSpec, ...]) -> str:
-    ordered = sorted((spec.to_json() for spec in specs), key=lambda s: (s["environment"], s["config"]))
-    return hashlib.sha256(canonical(ordered)).hexdigest()
-
-
-def _builtin_runtimes(hooks: Hooks) -> dict[str, RuntimeFactory]:
-    echo = EchoRuntime()
-
-    def nemo_gym(spec: EnvironmentSpec) -> Runtime:
-        assert spec.agent_url is not None
-        cleanup = CleanupURLs(
-            stateless=spec.stateless,
-            abort_url=spec.abort_url,
-            force_url=spec.force_cleanup_url,
-            probe_url=spec.cleanup_probe_url,
-        )
-        return NemoGymRuntime(
-            environment=spec.environment,
-            agent_url=spec.agent_url,
-            hooks=hooks,
-            cleanup=cleanup,
-            readiness_urls=spec.readiness_urls,
-        )
-
-    return {"echo": lambda _spec: echo, "nemo_gym": nemo_gym}
+    return hashlib.sha256(canonical(environments_document(specs))).hexdigest()
 
 
 class _NoUpstream:
@@ -170,7 +146,7 @@ def create_app(
     metrics = GatewayMetrics()
     fan_out = Observers((metrics, *observers))
     hooks = hooks if hooks is not None else make_plugin_manager(load_entry_points=False)
-    factories = {**_builtin_runtimes(hooks), **(runtime_factories or {})}
+    factories = {**hooks.runtimes, **(runtime_factories or {})}
     runtimes: dict[tuple[str, str], Runtime] = {}
     for spec in settings.environments:
         factory = factories.get(spec.runtime)
@@ -179,7 +155,7 @@ def create_app(
                 f"environment config {spec.config!r}: runtime {spec.runtime!r} is not available "
                 f"(available: {', '.join(sorted(factories))})"
             )
-        runtimes[spec.key] = factory(spec)
+        runtimes[spec.key] = factory(spec, hooks)
     book = TrialBook(
         clock=clock,
         store=store if store is not None else MemoryStore(tombstone_capacity=settings.tombstone_capacity),

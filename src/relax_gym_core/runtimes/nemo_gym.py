@@ -16,10 +16,10 @@ import logging
 from typing import Any
 
 import aiohttp
-from attrs import frozen
 
 from relax_gym_core.environments import Hooks
-from relax_gym_core.errors import AgentRunError
+from relax_gym_core.environments.specs import EnvironmentSpec
+from relax_gym_core.errors import AgentRunError, ConfigError
 from relax_gym_core.runtimes.base import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
@@ -32,16 +32,6 @@ from relax_gym_core.runtimes.base import (
 )
 
 logger = logging.getLogger("relax_gym.nemo_gym")
-
-
-@frozen(kw_only=True)
-class CleanupURLs:
-    """Resolved cleanup endpoints, each with "{rollout_id}"; stateless means nothing to release."""
-
-    stateless: bool = False
-    abort_url: str | None = None
-    force_url: str | None = None
-    probe_url: str | None = None
 
 
 class NemoGymRun:
@@ -74,18 +64,18 @@ class NemoGymRun:
     async def force_cleanup(self) -> CleanupResult:
         if self._runtime.cleanup.stateless:
             return CLEANUP_CONFIRMED
-        failed = await self._post(self._runtime.cleanup.force_url)
+        failed = await self._post(self._runtime.cleanup.force_cleanup_url)
         return failed or await self.probe_cleanup()
 
     async def probe_cleanup(self) -> CleanupResult:
         cleanup = self._runtime.cleanup
         if cleanup.stateless:
             return CLEANUP_CONFIRMED
-        if cleanup.probe_url is None:
+        if cleanup.cleanup_probe_url is None:
             return CLEANUP_UNVERIFIED
         try:
             async with self._runtime.session.get(
-                cleanup.probe_url.format(rollout_id=self._rollout_id)
+                cleanup.cleanup_probe_url.format(rollout_id=self._rollout_id)
             ) as response:
                 payload = await response.json(content_type=None) if response.status < 400 else None
         except (aiohttp.ClientError, ValueError):
@@ -98,20 +88,14 @@ class NemoGymRun:
 class NemoGymRuntime:
     """Runs trials of one registered (environment, config) on a NeMo Gym agent."""
 
-    def __init__(
-        self,
-        *,
-        environment: str,
-        agent_url: str,
-        hooks: Hooks,
-        cleanup: CleanupURLs,
-        readiness_urls: tuple[str, ...] = (),
-    ) -> None:
-        self.environment = environment
+    def __init__(self, spec: EnvironmentSpec, hooks: Hooks) -> None:
+        if spec.agent_url is None:
+            raise ConfigError(f"environment config {spec.config!r}: the nemo_gym runtime needs an agent_url")
+        self.environment = spec.environment
         self.hooks = hooks
-        self.cleanup = cleanup
-        self._run_url = f"{agent_url.rstrip('/')}/run"
-        self._readiness_urls = readiness_urls
+        self.cleanup = spec.cleanup
+        self._run_url = f"{spec.agent_url.rstrip('/')}/run"
+        self._readiness_urls = spec.readiness_urls
         self._session: aiohttp.ClientSession | None = None
 
     @property

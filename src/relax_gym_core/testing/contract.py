@@ -77,16 +77,18 @@ def _server_problems(definition: EnvironmentDefinition) -> list[str]:
             problems.append(f"{where}: implementation (the upstream directory) is empty")
         if not is_finite_json(dict(server.config)):
             problems.append(f"{where}: config must be a JSON object")
-    agents = [server for server in definition.servers if server.name == definition.agent]
-    if not agents:
-        problems.append(f"agent {definition.agent!r} is not one of its servers {names!r}")
-    elif agents[0].kind != "responses_api_agents":
-        problems.append(f"agent {definition.agent!r} must be a responses_api_agents server (it serves /run)")
     problems += [
         f"readiness names {name!r}, which is not one of its servers {names!r}"
         for name in definition.readiness or ()
         if name not in names
     ]
+    if definition.runtime != "nemo_gym":
+        return problems  # its own runtime runs it: no agent server is needed
+    agents = [server for server in definition.servers if server.name == definition.agent]
+    if not agents:
+        problems.append(f"agent {definition.agent!r} is not one of its servers {names!r}")
+    elif agents[0].kind != "responses_api_agents":
+        problems.append(f"agent {definition.agent!r} must be a responses_api_agents server (it serves /run)")
     return problems
 
 
@@ -168,15 +170,22 @@ def _foreign_answers(hooks: Hooks, plugin: str) -> list[str]:
 def check_registration(hooks: Hooks, environment: str, *, installed: bool = True) -> EnvironmentDefinition:
     """The environment is registered with a runnable definition by an identifiable plugin.
 
-    Checks the definition (configs, servers, agent, readiness, limits), the plugin's cleanup_contract
-    for it (stateless, or a server and a probe path with "{rollout_id}"), that the plugin's hooks stay
-    silent for environments it does not own, and, unless `installed` is False (plugins registered
-    in-process by a test), that the plugin came from a distribution with a name and version.
+    Checks the definition (configs, servers, agent, readiness, limits, a registered runtime), the
+    plugin's cleanup_contract for it (stateless, or a server and a probe path with "{rollout_id}"),
+    that the plugin's hooks stay silent for environments it does not own, and, unless `installed` is
+    False (plugins registered in-process by a test), that the plugin came from a distribution with a
+    name and version.
     Returns the definition.
     """
     definition = hooks.environments.get(environment)  # UnknownEnvironmentError names what is installed
     owner = hooks.environments.owner(environment)
     problems = _definition_problems(definition)
+    if definition.runtime not in hooks.runtimes:
+        registered = ", ".join(sorted(hooks.runtimes))
+        problems.append(
+            f"runtime {definition.runtime!r} is not registered (registered: {registered}); "
+            "register it with the register_runtimes hook"
+        )
     problems += _cleanup_problems(hooks, definition)
     problems += _foreign_answers(hooks, owner)
     info = hooks.owner(environment)

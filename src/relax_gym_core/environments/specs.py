@@ -1,0 +1,191 @@
+"""What a gateway serves: one EnvironmentSpec per registered (environment, config).
+
+The environments file (`relax-gym serve --environments FILE`, or $NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON) is
+the reference's JSON object {config name: spec}. It is read and written with the project's one cattrs
+converter: unknown keys are refused, every problem names the source, the config and the key. The
+admission limits default to Admission's (the reference's 1 / 8 / 3600 s), the one place they are set;
+the cleanup keys of a spec are a CleanupURLs, the form the runtimes read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import attrs
+from attrs import field, frozen
+from cattrs.gen import make_dict_structure_fn
+
+from relax_gym_core.environments.definitions import CleanupURLs
+from relax_gym_core.errors import ConfigError, FieldError, ProtocolError
+from relax_gym_core.protocol import InterruptPolicy, converter, structure
+from relax_gym_core.protocol.types import split_http_url
+from relax_gym_core.trials.records import Admission
+
+_ADMISSION = Admission()
+_CLEANUP_KEYS = frozenset(a.name for a in attrs.fields(CleanupURLs))
+_RUNTIME_NEEDS_AGENT = "nemo_gym"
+
+
+def _url(name: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: str | None) -> None:
+        if value is not None and split_http_url(value) is None:
+            raise FieldError(f"{name} must be an absolute http(s) URL (got {value!r})")
+
+    return check
+
+
+def _at_least(name: str, minimum: int) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: int) -> None:
+        if value < minimum:
+            raise FieldError(f"{name} must be an integer >= {minimum} (got {value!r})")
+
+    return check
+
+
+def _positive_finite(_inst: object, _attr: attrs.Attribute[Any], value: float) -> None:
+    if not math.isfinite(value) or value <= 0:
+        raise FieldError(f"max_deadline_s must be a positive finite number (got {value!r})")
+
+
+def _non_empty(name: str) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: str | None) -> None:
+        if value is not None and not value.strip():
+            raise FieldError(f"{name} must be a non-empty string")
+
+    return check
+
+
+def _no_slash(value: str | None) -> str | None:
+    return value.rstrip("/") if isinstance(value, str) else value
+
+
+@frozen(kw_only=True)
+class EnvironmentSpec:
+    """One registered (environment, config): which runtime runs its trials, where, and how many."""
+
+    config: str
+    environment: str = field(validator=_non_empty("environment"))
+    runtime: str = field(default=_RUNTIME_NEEDS_AGENT, validator=_non_empty("runtime"))
+    agent_name: str | None = field(default=None, validator=_non_empty("agent_name"))
+    agent_url: str | None = field(default=None, converter=_no_slash, validator=_url("agent_url"))
+    interrupt_policy: InterruptPolicy = _ADMISSION.interrupt_policy
+    max_concurrency: int = field(
+        default=_ADMISSION.max_concurrency, validator=_at_least("max_concurrency", 1)
+    )
+    queue_capacity: int = field(default=_ADMISSION.queue_capacity, validator=_at_least("queue_capacity", 0))
+    max_deadline_s: float = field(default=_ADMISSION.max_deadline_s, validator=_positive_finite)
+    # GET answering 2xx when ready; default: the agent's URL.
+    readiness_urls: tuple[str, ...] = ()
+    cleanup: CleanupURLs = field(factory=CleanupURLs)
+
+    def __attrs_post_init__(self) -> None:
+        if self.runtime == _RUNTIME_NEEDS_AGENT:
+            if self.agent_url is None:
+                raise FieldError(f"agent_url is required for the {_RUNTIME_NEEDS_AGENT} runtime")
+            if self.agent_name is None:
+                raise FieldError(f"agent_name is required for the {_RUNTIME_NEEDS_AGENT} runtime")
+        for url in self.readiness_urls:
+            _url("readiness_urls")(self, None, url)
+        for name in _CLEANUP_KEYS - {"stateless"}:
+            _url(name)(self, None, getattr(self.cleanup, name))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.environment, self.config)
+
+    @property
+    def admission(self) -> Admission:
+        return Admission(
+            max_concurrency=self.max_concurrency,
+            queue_capacity=self.queue_capacity,
+            max_deadline_s=self.max_deadline_s,
+            interrupt_policy=self.interrupt_policy,
+        )
+
+
+# ---- the file format: flat keys (the reference's), structured with the one converter ------------------
+
+_structure_spec = make_dict_structure_fn(EnvironmentSpec, converter, _cattrs_forbid_extra_keys=True)
+_structure_cleanup = make_dict_structure_fn(CleanupURLs, converter, _cattrs_forbid_extra_keys=True)
+_FILE_KEYS = frozenset(a.name for a in attrs.fields(EnvironmentSpec)) - {"config", "cleanup"} | _CLEANUP_KEYS
+
+
+def _from_file(raw: Any, _type: Any) -> EnvironmentSpec:
+    if not isinstance(raw, dict):
+        raise FieldError("must be a JSON object")
+    body = dict(raw)
+    for key in ("max_concurrency", "queue_capacity"):
+        value = body.get(key)
+        if isinstance(value, str) and value.strip().isdigit():
+            body[key] = int(value)  # the reference accepts numeric strings here
+    if isinstance(body.get("readiness_urls"), list):
+        if not body["readiness_urls"]:
+            raise FieldError("readiness_urls must be a non-empty list of URLs")
+        body["readiness_urls"] = [_no_slash(url) for url in body["readiness_urls"]]
+    if "runtime" not in body and "agent_url" not in body:
+        raise FieldError('agent_url is required (or set "runtime": "echo")')
+    if "readiness_urls" not in body and isinstance(body.get("agent_url"), str):
+        body["readiness_urls"] = [_no_slash(body["agent_url"])]
+    cleanup = {key: body.pop(key) for key in list(body) if key in _CLEANUP_KEYS}
+    spec: EnvironmentSpec = _structure_spec({**body, "cleanup": {}}, EnvironmentSpec)
+    return attrs.evolve(spec, cleanup=_structure_cleanup(cleanup, CleanupURLs))
+
+
+def _to_file(spec: EnvironmentSpec) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        attribute.name: converter.unstructure(getattr(spec, attribute.name))
+        for attribute in attrs.fields(EnvironmentSpec)
+        if attribute.name not in ("config", "cleanup")
+    }
+    body["readiness_urls"] = list(spec.readiness_urls)
+    body.update(converter.unstructure(spec.cleanup))
+    return {key: value for key, value in body.items() if value is not None}
+
+
+converter.register_structure_hook(EnvironmentSpec, _from_file)
+converter.register_unstructure_hook(EnvironmentSpec, _to_file)
+
+
+def parse_spec(source: str, config: str, raw: object) -> EnvironmentSpec:
+    where = f"{source}: environment config {config!r}"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a JSON object")
+    unknown = sorted(set(raw) - _FILE_KEYS)
+    if unknown:  # before structuring, so the message lists what is allowed
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(_FILE_KEYS))})")
+    try:
+        return structure({**raw, "config": config}, EnvironmentSpec, name="spec")
+    except ProtocolError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def parse_environments(text: str, *, source: str) -> tuple[EnvironmentSpec, ...]:
+    """Parse the reference JSON object {config name: spec} into specs."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"{source}: must be a non-empty JSON object of config name -> environment spec")
+    specs = tuple(parse_spec(source, config, raw) for config, raw in data.items())
+    seen: set[tuple[str, str]] = set()
+    for spec in specs:
+        if spec.key in seen:
+            raise ConfigError(f"{source}: duplicate environment/config pair {spec.key!r}")
+        seen.add(spec.key)
+    return specs
+
+
+def environments_document(specs: tuple[EnvironmentSpec, ...]) -> dict[str, Any]:
+    """The specs as an environments file would hold them (what parse_environments reads back)."""
+    return {spec.config: converter.unstructure(spec) for spec in specs}
+
+
+__all__ = [
+    "EnvironmentSpec",
+    "environments_document",
+    "parse_environments",
+    "parse_spec",
+]
