@@ -151,13 +151,16 @@ def recorder() -> SleepRecorder:
 def make_client(recorder: SleepRecorder) -> Callable[..., GatewayClient]:
     """A GatewayClient over a fake transport whose sleeps and clock are the recorder's."""
 
-    def make(transport: httpx.AsyncBaseTransport, **options: Any) -> GatewayClient:
+    def make(
+        transport: httpx.AsyncBaseTransport, *, api_token: str | None = None, **options: Any
+    ) -> GatewayClient:
         return GatewayClient(
             "http://gateway.test",
             options=ClientOptions(**options),
             transport=transport,
             sleep=recorder.sleep,
             clock=recorder.clock,
+            api_token=api_token,
         )
 
     return make

@@ -212,6 +212,6 @@ async def test_gateway_restart_is_reported(gateway: GatewayProcess, make_request
                     await run_trial(request, client=client)
     assert str(caught.value) == (
         "NeMo Gym gateway restarted (service_epoch changed); the trial was lost: "
-        f"request_id={request.request_id}"
+        f"request_id={request.request_id} (HTTP 404: trial not found)"
     )
     assert caught.value.restarted

@@ -48,12 +48,18 @@ async def test_transient_statuses_back_off_exponentially_then_give_up(
     fake_gateway: Any, make_client: Any, recorder: Any
 ) -> None:
     gateway = fake_gateway()
-    gateway.script["get"] = [httpx.Response(500), httpx.Response(408), httpx.Response(502)]
+    gateway.script["get"] = [
+        httpx.Response(500),
+        httpx.Response(408),
+        httpx.Response(502, json={"detail": "upstream gone"}),
+    ]
     async with make_client(gateway.transport()) as client:
         with pytest.raises(GatewayRequestError) as caught:
             await client.get("relax-1")
-    assert str(caught.value) == "Gateway get request failed with HTTP 502 after 3 attempts"
-    assert caught.value.status_code == 502
+    assert str(caught.value) == (
+        "Gateway get request failed with HTTP 502 after 3 attempts (retries exhausted): upstream gone"
+    )
+    assert (caught.value.status_code, caught.value.detail) == (502, "upstream gone")
     assert gateway.ops() == ["get"] * 3  # max_retries=2 -> 3 attempts
     assert recorder.sleeps == [0.25, 0.5]
 
@@ -77,18 +83,40 @@ async def test_transport_retries_exhausted(fake_gateway: Any, make_client: Any) 
             await client.renew("relax-1")
 
 
-async def test_conflict_is_fatal_and_the_body_is_not_echoed(
+async def test_conflict_is_fatal_and_names_what_the_request_id_derives_from(
     fake_gateway: Any, make_client: Any, make_request: Any, recorder: Any
 ) -> None:
     gateway = fake_gateway()
-    gateway.script["create"] = [httpx.Response(409, json={"detail": f"different payload {SECRET}"})]
+    gateway.script["create"] = [
+        httpx.Response(409, json={"detail": "request_id already exists with a different payload"})
+    ]
+    request = make_request()
     async with make_client(gateway.transport()) as client:
         with pytest.raises(GatewayRequestError) as caught:
-            await client.create(make_request())
-    assert str(caught.value) == "Gateway create request failed with HTTP 409"
+            await client.create(request)
+    assert str(caught.value) == (
+        "Gateway create request failed with HTTP 409: request_id already exists with a different payload; "
+        f"request_id {request.request_id} (derived from RELAX_SESSION_ID, RELAX_SESSION_IO_DIR and "
+        "NEMO_GYM_ATTEMPT) is taken on the gateway: relaunch with a new RELAX_SESSION_IO_DIR or a higher "
+        "NEMO_GYM_ATTEMPT"
+    )
     assert caught.value.status_code == 409
     assert gateway.ops() == ["create"]
     assert recorder.sleeps == []
+
+
+async def test_a_detail_echoing_the_clients_secrets_is_masked(
+    fake_gateway: Any, make_client: Any, make_request: Any, session_id: str
+) -> None:
+    """A gateway (or something posing as one) that repeats our token or session id does not get it printed."""
+    gateway = fake_gateway()
+    echoed = f"bad {SECRET} for {session_id}"
+    gateway.script["create"] = [httpx.Response(400, json={"detail": echoed})]
+    async with make_client(gateway.transport(), api_token=SECRET) as client:
+        with pytest.raises(GatewayRequestError) as caught:
+            await client.create(make_request())
+    assert str(caught.value) == "Gateway create request failed with HTTP 400: bad [redacted] for [redacted]"
+    assert caught.value.detail == "bad [redacted] for [redacted]"
 
 
 async def test_create_waits_out_a_full_queue_beyond_max_retries(
@@ -114,7 +142,11 @@ async def test_create_gives_up_a_full_queue_at_the_startup_timeout(
             await client.create(make_request())
     # Attempts at t=0, 3, 6, 9; the next one would start after the 10 s budget.
     assert recorder.sleeps == [3.0, 3.0, 3.0]
-    assert str(caught.value) == "Gateway create request failed with HTTP 429 after 4 attempts"
+    assert str(caught.value) == (
+        "Gateway create request failed with HTTP 429 after 4 attempts (retries exhausted): environment queue "
+        "is full; raise NEMO_GYM_STARTUP_TIMEOUT_S (startup_timeout_s=10) to wait longer, or the "
+        "environment's max_concurrency / queue_capacity on the gateway"
+    )
 
 
 async def test_queue_full_without_retry_after_backs_off_and_never_spins(
@@ -220,8 +252,15 @@ async def test_not_found_and_expired(fake_gateway: Any, make_client: Any) -> Non
         with pytest.raises(TrialGoneError) as expired:
             await client.get("relax-1")
     assert (missing.value.expired, expired.value.expired) == (False, True)
-    assert str(missing.value) == "Gateway get request failed with HTTP 404 (trial not found)"
-    assert str(expired.value) == "Gateway get request failed with HTTP 404 (trial expired on the gateway)"
+    assert str(missing.value) == (
+        "Gateway get request failed with HTTP 404: trial not found; the trial was lost or has expired (the "
+        "gateway keeps finished trials for its RELAX_GYM_TRIAL_RETENTION_S), or NEMO_GYM_URL points at "
+        "another gateway"
+    )
+    assert str(expired.value) == (
+        "Gateway get request failed with HTTP 404: trial expired: its terminal record was evicted; the "
+        "gateway keeps finished trials for its RELAX_GYM_TRIAL_RETENTION_S"
+    )
     assert gateway.ops() == ["get", "get"]  # 404 is not retried
 
 
@@ -248,6 +287,8 @@ async def test_health(fake_gateway: Any, make_client: Any) -> None:
     async with make_client(gateway.transport()) as client:
         health = await client.health()
         gateway.script["health"] = [httpx.Response(404, json={"detail": "Not Found"})]
-        with pytest.raises(GatewayRequestError, match=r"^Gateway health request failed with HTTP 404$"):
+        with pytest.raises(
+            GatewayRequestError, match=r"^Gateway health request failed with HTTP 404: Not Found$"
+        ):
             await client.health()
     assert health.service_epoch == "abc"

@@ -224,7 +224,7 @@ async def test_404_after_a_restart_names_the_restart(
                 await run_trial(request, client=client)
     assert str(caught.value) == (
         "NeMo Gym gateway restarted (service_epoch changed); the trial was lost: "
-        f"request_id={request.request_id}"
+        f"request_id={request.request_id} (HTTP 404: trial not found)"
     )
     assert caught.value.restarted
     assert "abort" not in gateway.ops()  # nothing left to abort
@@ -290,7 +290,9 @@ async def test_refused_create_is_not_aborted(fake_gateway: Any, client_for: Any,
     gateway = fake_gateway()
     gateway.script["create"] = [httpx.Response(409, json={"detail": "request_id already exists"})]
     async with client_for(gateway) as client:
-        with pytest.raises(GatewayRequestError, match=r"^Gateway create request failed with HTTP 409$"):
+        with pytest.raises(
+            GatewayRequestError, match=r"^Gateway create request failed with HTTP 409: request_id"
+        ):
             await run_trial(make_request(), client=client)
     assert gateway.ops() == ["health", "create"]  # aborting would hit someone else's trial
 

@@ -8,7 +8,8 @@ any other status fails at once. Differences:
 - get/renew accept `retry_until`: transient failures are retried until that monotonic instant (the
   trial loop passes the end of the lease), so a gateway blip does not kill a healthy trial.
 - abort is one short attempt: it runs while Relax is waiting to SIGKILL us.
-Error texts carry the operation, the status and attempt count, never a response body or a token.
+Error texts carry the operation, the status, the attempt count and the gateway's reason with advice
+(relax_gym_core.client.diagnosis), never a response body as such, the request or a token.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import anyio
 import httpx
 from attrs import frozen
 
+from relax_gym_core.client.diagnosis import ErrorContext, error_message, gateway_detail
 from relax_gym_core.client.exceptions import TrialGoneError
 from relax_gym_core.client.settings import ClientOptions
 from relax_gym_core.errors import GatewayRequestError, ProtocolError
@@ -104,6 +106,7 @@ class GatewayClient:
         self._sleep = sleep
         self.clock = clock
         headers = {"user-agent": _USER_AGENT}
+        self._api_token = api_token or None  # kept only to mask it should a gateway ever echo it
         if api_token:
             headers["authorization"] = f"Bearer {api_token}"
         # trust_env=False: proxies from the trainer's environment must not sit between us and the gateway.
@@ -142,6 +145,7 @@ class GatewayClient:
                 until=self.clock() + opts.startup_timeout_s,
                 patient=frozenset({429}),
             ),
+            request=request,
         )
         return parse_snapshot(self._json(response, "create"), request_id=request.request_id)
 
@@ -214,6 +218,7 @@ class GatewayClient:
         content: bytes | None = None,
         attempt_timeout_s: float | None = None,
         trial_op: bool = False,
+        request: CreateTrialRequest | None = None,
     ) -> httpx.Response:
         per_attempt = self.options.request_timeout_s if attempt_timeout_s is None else attempt_timeout_s
         headers = {"content-type": "application/json"} if content is not None else None
@@ -224,6 +229,7 @@ class GatewayClient:
             if policy.until is not None:
                 limit = max(min(per_attempt, policy.until - self.clock()), MIN_ATTEMPT_TIMEOUT_S)
             status: int | None = None
+            failed: httpx.Response | None = None  # the transient error answer of this attempt
             try:
                 response = await self._http.request(
                     method, path, content=content, headers=headers, timeout=_timeout(limit)
@@ -238,7 +244,9 @@ class GatewayClient:
                 if response.is_success:
                     return response
                 if not _is_transient(status):
-                    raise _status_error(op, response, trial_op=trial_op)
+                    # Not "after N attempts": earlier transient failures did not cause this refusal.
+                    raise self._status_error(op, response, attempts=1, trial_op=trial_op, request=request)
+                failed = response
                 cause = f"HTTP {status}"
                 hinted = retry_after_s(response) if status in (429, 503) else None
                 delay = self._backoff(attempt) if hinted is None else hinted
@@ -246,10 +254,48 @@ class GatewayClient:
             if patient:
                 delay = max(delay, PATIENT_MIN_DELAY_S)
             if not self._may_retry(policy, attempt, patient, delay):
-                raise _exhausted(op, attempt, status, cause)
+                if failed is None:
+                    raise _transport_exhausted(op, attempt, cause)
+                raise self._status_error(op, failed, attempts=attempt, trial_op=trial_op, request=request)
             logger.info("Gateway %s request failed (%s); retry %d in %.2f s", op, cause, attempt, delay)
             if delay > 0:
                 await self._sleep(delay)
+
+    def _status_error(
+        self,
+        op: str,
+        response: httpx.Response,
+        *,
+        attempts: int,
+        trial_op: bool,
+        request: CreateTrialRequest | None,
+    ) -> GatewayRequestError:
+        secrets = tuple(
+            s
+            for s in (
+                self._api_token,
+                request.model_endpoint.api_key if request is not None else None,
+                request.session.session_id if request is not None else None,
+            )
+            if s
+        )
+        status = response.status_code
+        detail = gateway_detail(response.content, secrets=secrets)
+        context = ErrorContext(
+            op=op,
+            status=status,
+            detail=detail,
+            options=self.options,
+            request=request,
+            token_sent=self._api_token is not None,
+            attempts=attempts,
+            secrets=secrets,
+        )
+        message = error_message(context)
+        if status == 404 and trial_op:
+            expired = (detail or "").startswith("trial expired")
+            return TrialGoneError(message, expired=expired, detail=detail)
+        return GatewayRequestError(message, status_code=status, detail=detail)
 
     def _may_retry(self, policy: _Policy, attempt: int, patient: bool, delay: float) -> bool:
         if policy.until is not None and self.clock() + delay >= policy.until:
@@ -268,30 +314,6 @@ def _trial_path(request_id: str) -> str:
     return "/v1/trials/" + quote(request_id, safe="")
 
 
-def _exhausted(op: str, attempts: int, status: int | None, cause: str) -> GatewayRequestError:
+def _transport_exhausted(op: str, attempts: int, cause: str) -> GatewayRequestError:
     after = f" after {attempts} attempts" if attempts > 1 else ""
-    if status is None:
-        return GatewayRequestError(f"Gateway {op} request failed{after} ({cause})")
-    return GatewayRequestError(f"Gateway {op} request failed with HTTP {status}{after}", status_code=status)
-
-
-def _status_error(op: str, response: httpx.Response, *, trial_op: bool) -> GatewayRequestError:
-    status = response.status_code
-    if status == 404 and trial_op:
-        # Only our own fixed wording goes into the message; the detail just selects it.
-        expired = _detail(response).startswith("trial expired")
-        reason = "trial expired on the gateway" if expired else "trial not found"
-        return TrialGoneError(f"Gateway {op} request failed with HTTP 404 ({reason})", expired=expired)
-    if status == 401:
-        hint = " (the gateway requires an API token: set RELAX_GYM_API_TOKEN to its token)"
-        return GatewayRequestError(f"Gateway {op} request failed with HTTP 401{hint}", status_code=status)
-    return GatewayRequestError(f"Gateway {op} request failed with HTTP {status}", status_code=status)
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        body = jsonutil.loads(response.content)
-    except ProtocolError:
-        return ""
-    detail = body.get("detail") if isinstance(body, dict) else None
-    return detail if isinstance(detail, str) else ""
+    return GatewayRequestError(f"Gateway {op} request failed{after} ({cause})")

@@ -145,6 +145,7 @@ class _TrialRun:
                     raise GatewayRequestError(
                         f"{exc}; the trial lease (lease_s={self.request.lease_s:g}) could not be kept",
                         status_code=exc.status_code,
+                        detail=exc.detail,
                     ) from None
                 self.lease_anchor = sent_at
                 await anyio.sleep(interval)
@@ -173,18 +174,24 @@ class _TrialRun:
             return None
 
     async def _explain_gone(self, exc: TrialGoneError) -> TrialGoneError:
+        # `exc` carries the gateway's detail and the retention advice; after a restart that advice would
+        # mislead, so only the detail is kept.
         where = f"request_id={self.request_id}"
         if exc.expired:
             return TrialGoneError(
-                f"Remote trial expired on the gateway before its end was seen: {where}", expired=True
+                f"Remote trial expired on the gateway before its end was seen: {where}; {exc}",
+                expired=True,
+                detail=exc.detail,
             )
         epoch = await self._service_epoch() if self.epoch is not None else None
         if epoch is not None and epoch != self.epoch:
+            said = f" (HTTP 404: {exc.detail})" if exc.detail else ""
             return TrialGoneError(
-                f"NeMo Gym gateway restarted (service_epoch changed); the trial was lost: {where}",
+                f"NeMo Gym gateway restarted (service_epoch changed); the trial was lost: {where}{said}",
                 restarted=True,
+                detail=exc.detail,
             )
-        return TrialGoneError(f"Remote trial not found on the gateway ({exc}): {where}")
+        return TrialGoneError(f"Remote trial not found on the gateway: {where}; {exc}", detail=exc.detail)
 
     async def _abort_quietly(self) -> None:
         """Best effort, shielded and bounded: runs while we are being cancelled or torn down."""
