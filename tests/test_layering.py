@@ -1,13 +1,117 @@
 """The dependency rules that keep the tree readable: Relax imports the protocol and the thin client, so
-they must not drag in the gateway's web stack; the trial state machine imports no HTTP framework."""
+they must not drag in the gateway's web stack; the trial state machine imports no HTTP framework; the
+packages depend in one direction (protocol -> trials -> environments -> runtimes/bridge -> gateway ->
+commands); plugins use only the core's public API."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "relax_gym_core"
+
+# What each part of relax_gym_core may import from relax_gym_core (besides itself), every import counted
+# (module level, inside functions, under TYPE_CHECKING). Read top to bottom, it is the architecture.
+BASE = {"errors"}
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "protocol": BASE,
+    "observe": BASE | {"protocol"},
+    "runtimes.base": BASE | {"protocol"},  # the run-adapter seam: plain data and protocols
+    "trials": BASE | {"protocol", "observe", "runtimes.base"},
+    "environments": BASE | {"protocol", "observe", "trials", "runtimes.base"},
+    "runtimes": BASE | {"protocol", "observe", "environments", "runtimes.base"},
+    "gym": BASE | {"protocol", "environments"},
+    "web": BASE | {"protocol"},
+    "bridge": BASE | {"protocol", "observe", "trials", "runtimes.base", "web"},
+    "gateway": BASE | {"protocol", "observe", "trials", "environments", "runtimes", "bridge", "web"},
+    "commands": BASE
+    | {"protocol", "observe", "trials", "environments", "runtimes", "bridge", "web", "gym", "gateway"},
+    "cli": BASE | {"commands"},
+    "client": BASE | {"protocol"},
+}
+# The public API a plugin distribution may import (its tests may also use the test support).
+PLUGIN_API = {"", "environments", "environments.reference", "protocol", "errors"}
+PLUGIN_TEST_API = PLUGIN_API | {"testing", "testing.web", "gym.processes", "gym"}
+
+
+def _part(module: str) -> str:
+    """The ALLOWED key a relax_gym_core submodule belongs to ("runtimes.base" before "runtimes")."""
+    name = module.removeprefix("relax_gym_core").removeprefix(".")
+    if name == "runtimes.base" or name.startswith("runtimes.base."):
+        return "runtimes.base"
+    return name.split(".")[0]
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """Every relax_gym_core module `path` imports (relative imports resolved against `package`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{node.module}" if node.module else parent
+            else:
+                base = node.module or ""
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import submodule`
+    return {name for name in found if name == "relax_gym_core" or name.startswith("relax_gym_core.")}
+
+
+def _module_of(path: Path) -> tuple[str, str]:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    package = module if parts[-1] == "__init__" else module.rsplit(".", 1)[0]
+    return module, package
+
+
+def _is_module(name: str) -> bool:
+    relative = Path(*name.split("."))
+    return (SRC.parent / relative).with_suffix(".py").is_file() or (SRC.parent / relative).is_dir()
+
+
+@pytest.mark.parametrize("part", sorted(ALLOWED))
+def test_each_part_imports_only_what_is_below_it(part: str) -> None:
+    offending: list[str] = []
+    for path in sorted(SRC.rglob("*.py")):
+        module, package = _module_of(path)
+        if _part(module) != part:
+            continue
+        for imported in sorted(_imports(path, package)):
+            if not _is_module(imported) or imported == "relax_gym_core":
+                continue  # a name imported from a module, or the lazy top-level package
+            target = _part(imported)
+            if target != part and target not in ALLOWED[part]:
+                offending.append(f"{path.relative_to(ROOT)} imports {imported}")
+    assert offending == []
+
+
+def test_every_part_is_placed() -> None:
+    parts = {_part(_module_of(path)[0]) for path in SRC.rglob("*.py")} - {""}
+    assert parts - set(ALLOWED) <= {"testing", "demo"}  # test support and the demo may use everything
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((ROOT / "plugins").glob("*/src/**/*.py")) + sorted((ROOT / "plugins").glob("*/tests/**/*.py")),
+)
+def test_plugins_use_only_the_public_api(path: Path) -> None:
+    allowed = PLUGIN_TEST_API if "tests" in path.relative_to(ROOT).parts[2:3] else PLUGIN_API
+    used = {
+        imported.removeprefix("relax_gym_core").removeprefix(".")
+        for imported in _imports(path, "plugin")
+        if _is_module(imported)
+    }
+    assert used - allowed == set(), f"{path.relative_to(ROOT)} reaches past relax_gym_core's public API"
+
 
 WEB = ("starlette", "uvicorn", "aiohttp", "pyreqwest", "relax_gym_core.gateway", "relax_gym_core.bridge")
 HEAVY = ("torch", "sglang", "megatron")

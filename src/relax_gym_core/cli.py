@@ -25,25 +25,16 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _plugins(args: argparse.Namespace) -> int:
-    import json  # noqa: PLC0415
+    from relax_gym_core.commands.plugins import plugins  # noqa: PLC0415
 
-    from relax_gym_core.commands.catalog import describe_plugins, format_plugins  # noqa: PLC0415
-    from relax_gym_core.environments import make_plugin_manager  # noqa: PLC0415
-
-    document = describe_plugins(make_plugin_manager())
-    print(json.dumps(document, indent=2) if args.json else format_plugins(document))  # noqa: T201
+    print(plugins(as_json=args.json))  # noqa: T201
     return 0
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from pathlib import Path  # noqa: PLC0415
+    from relax_gym_core.commands.convert import convert  # noqa: PLC0415
 
-    from relax_gym_core.commands.catalog import convert_file  # noqa: PLC0415
-    from relax_gym_core.environments import make_plugin_manager  # noqa: PLC0415
-
-    output = Path(args.output)
-    count = convert_file(make_plugin_manager(), args.environment, Path(args.input), output, limit=args.limit)
-    print(f"Converted {count} row(s) to {output}")  # noqa: T201
+    print(convert(args.environment, args.input, args.output, limit=args.limit))  # noqa: T201
     return 0
 
 
@@ -63,21 +54,11 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    import json  # noqa: PLC0415
+    from relax_gym_core.commands.probe import probe  # noqa: PLC0415
 
-    from relax_gym_core.commands.probe import format_outcomes, run_probes  # noqa: PLC0415
-    from relax_gym_core.environments import make_plugin_manager  # noqa: PLC0415
-
-    outcomes = run_probes(make_plugin_manager(), args.environment)
-    if args.json:
-        document = [
-            {"probe": o.name, "expected": o.expected, "reward": o.reward, "ok": o.ok, "error": o.error}
-            for o in outcomes
-        ]
-        print(json.dumps(document, indent=2))  # noqa: T201
-    else:
-        print(format_outcomes(args.environment, outcomes))  # noqa: T201
-    return 0 if all(outcome.ok for outcome in outcomes) else 1
+    text, ok = probe(args.environment, as_json=args.json)
+    print(text)  # noqa: T201
+    return 0 if ok else 1
 
 
 def _add_gateway_options(parser: argparse.ArgumentParser) -> None:

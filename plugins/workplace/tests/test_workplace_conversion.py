@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 from relax_gym_core.environments import CleanupContract, Hooks, RowError, make_plugin_manager
 from relax_gym_core.protocol import Generation, InterruptPolicy
-from relax_gym_core.testing import check_conversion, check_registration
-from relax_gym_core.testing.contract import REFERENCE_NORMALISED
+from relax_gym_core.testing import REFERENCE_NORMALISED, check_conversion, check_registration
 
 from relax_gym_workplace import plugin
 from relax_gym_workplace.data import example_rows

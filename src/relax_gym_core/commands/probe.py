@@ -9,6 +9,7 @@ fails loudly here instead of calling anything.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from relax_gym_core.environments import (
     Hooks,
     NemoGymServer,
     VerifierProbe,
+    make_plugin_manager,
     verify_body,
 )
 from relax_gym_core.errors import ConfigError
@@ -106,3 +108,17 @@ def format_outcomes(environment: str, outcomes: Sequence[ProbeOutcome]) -> str:
     passed = sum(outcome.ok for outcome in outcomes)
     lines.append(f"{environment}: {passed}/{len(outcomes)} probes scored as expected by the real verifier")
     return "\n".join(lines)
+
+
+def probe(environment: str, *, as_json: bool = False) -> tuple[str, bool]:
+    """What `relax-gym probe` prints, and whether every probe scored as expected."""
+    outcomes = run_probes(make_plugin_manager(), environment)
+    if as_json:
+        document = [
+            {"probe": o.name, "expected": o.expected, "reward": o.reward, "ok": o.ok, "error": o.error}
+            for o in outcomes
+        ]
+        text = json.dumps(document, indent=2)
+    else:
+        text = format_outcomes(environment, outcomes)
+    return text, all(outcome.ok for outcome in outcomes)

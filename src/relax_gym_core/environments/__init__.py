@@ -1,5 +1,12 @@
-"""The plugin system: what plugins describe, the registry, the manager factory and typed facade."""
+"""The plugin system, and the public API of plugin distributions.
 
+Plugins import what they describe (EnvironmentDefinition, NemoGymServer, CleanupContract, VerifierProbe,
+RunResult), `hookimpl`, the errors they raise (RowError, EnvironmentFailure), and `reference` — the
+reference conversion, run body and result mapping, to build on — from here; the core uses the
+registry, the manager factory and the typed facade (Hooks).
+"""
+
+from relax_gym_core.environments import reference
 from relax_gym_core.environments.definitions import (
     STATELESS,
     CleanupContract,
@@ -38,5 +45,6 @@ __all__ = [
     "VerifierProbe",
     "hookimpl",
     "make_plugin_manager",
+    "reference",
     "verify_body",
 ]

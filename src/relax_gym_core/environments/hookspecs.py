@@ -41,8 +41,8 @@ def register_runtimes(registrar: RuntimeRegistrar) -> None:
     A runtime runs the trials of environments whose spec (or EnvironmentDefinition.runtime) names it,
     for environments that do not run behind a NeMo Gym agent (a local sandbox, a CLI agent). The
     factory is called once per registered (environment, config) as ``factory(spec, hooks)`` and
-    returns an object with the Runtime protocol of relax_gym_core.runtimes. The core registers
-    "echo" and "nemo_gym" this way. Registering a taken name is an error naming both plugins.
+    returns an object with the Runtime protocol of relax_gym_core.runtimes. "echo" and "nemo_gym" are
+    built in. Registering a taken name is an error naming both plugins.
     """
 
 

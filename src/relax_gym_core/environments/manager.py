@@ -136,7 +136,7 @@ class Hooks:
 
     @property
     def runtimes(self) -> dict[str, RuntimeFactory]:
-        """Runtime factories by name, from every register_runtimes hook (the core's included)."""
+        """Runtime factories by name from the plugins' register_runtimes hooks (built-ins not included)."""
         if self._runtimes is None:
             factories: dict[str, tuple[str, RuntimeFactory]] = {}
             for impl in self.pm.hook.register_runtimes.get_hookimpls():

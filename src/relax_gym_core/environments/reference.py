@@ -6,18 +6,12 @@ Environments whose plugins do not answer convert_row, build_run_body or map_resu
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from relax_gym_core.environments.hookspecs import hookimpl
 from relax_gym_core.errors import RowError
 from relax_gym_core.protocol import Generation, TrialStatus
 from relax_gym_core.runtimes.base import RunResult
-
-if TYPE_CHECKING:
-    from relax_gym_core.environments.manager import Hooks
-    from relax_gym_core.environments.registry import RuntimeRegistrar
-    from relax_gym_core.environments.specs import EnvironmentSpec
-    from relax_gym_core.runtimes.base import Runtime
 
 GSM8K_PROMPT = (
     "Solve the following math problem. Make sure to put the answer (and only answer) inside \\boxed{}."
@@ -34,24 +28,6 @@ _COPIED_METRICS = (
     "oom_killed",
     "eval_oom_killed",
 )
-
-
-@hookimpl
-def register_runtimes(registrar: RuntimeRegistrar) -> None:
-    """The built-in runtimes. Imported when a gateway builds them, so plugins stay light to load."""
-
-    def echo(_spec: EnvironmentSpec, _hooks: Hooks) -> Runtime:
-        from relax_gym_core.runtimes.echo import EchoRuntime  # noqa: PLC0415
-
-        return EchoRuntime()
-
-    def nemo_gym(spec: EnvironmentSpec, hooks: Hooks) -> Runtime:
-        from relax_gym_core.runtimes.nemo_gym import NemoGymRuntime  # noqa: PLC0415
-
-        return NemoGymRuntime(spec, hooks)
-
-    registrar.add("echo", echo)
-    registrar.add("nemo_gym", nemo_gym)
 
 
 @hookimpl(trylast=True)

@@ -27,7 +27,7 @@ from relax_gym_core.gateway.openapi import build_openapi
 from relax_gym_core.observe import Observer, Observers
 from relax_gym_core.protocol import PROTOCOL_VERSION, ServiceHealth, parse_create_request, unstructure
 from relax_gym_core.protocol.jsonutil import canonical
-from relax_gym_core.runtimes import ModelRoute, Runtime
+from relax_gym_core.runtimes import ModelRoute, Runtime, builtin
 from relax_gym_core.trials import MemoryStore, TrialBook, TrialService, TrialStore
 from relax_gym_core.web import (
     handle_http_exception,
@@ -146,7 +146,7 @@ def create_app(
     metrics = GatewayMetrics()
     fan_out = Observers((metrics, *observers))
     hooks = hooks if hooks is not None else make_plugin_manager(load_entry_points=False)
-    factories = {**hooks.runtimes, **(runtime_factories or {})}
+    factories = {**builtin.runtime_factories(hooks), **(runtime_factories or {})}
     runtimes: dict[tuple[str, str], Runtime] = {}
     for spec in settings.environments:
         factory = factories.get(spec.runtime)

@@ -6,6 +6,7 @@ gateway processes live in ``relax_gym_core.testing.web`` (needs the gateway extr
 """
 
 from relax_gym_core.testing.contract import (
+    REFERENCE_NORMALISED,
     ConformanceError,
     check_conversion,
     check_probes,
@@ -31,6 +32,7 @@ from relax_gym_core.testing.replies import (
 from relax_gym_core.testing.strategies import corrupted_rows, create_requests, json_values, snapshots
 
 __all__ = [
+    "REFERENCE_NORMALISED",
     "ConformanceError",
     "ErrorReply",
     "Gate",

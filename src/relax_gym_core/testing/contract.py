@@ -37,6 +37,7 @@ from relax_gym_core.errors import PluginError
 from relax_gym_core.protocol import Generation
 from relax_gym_core.protocol.jsonutil import is_finite_json
 from relax_gym_core.runtimes.base import RunResult
+from relax_gym_core.runtimes.builtin import BUILTIN_RUNTIMES
 
 type Verify = Callable[[dict[str, Any], list[dict[str, Any]]], float]
 
@@ -180,8 +181,9 @@ def check_registration(hooks: Hooks, environment: str, *, installed: bool = True
     definition = hooks.environments.get(environment)  # UnknownEnvironmentError names what is installed
     owner = hooks.environments.owner(environment)
     problems = _definition_problems(definition)
-    if definition.runtime not in hooks.runtimes:
-        registered = ", ".join(sorted(hooks.runtimes))
+    runtimes = {*BUILTIN_RUNTIMES, *hooks.runtimes}
+    if definition.runtime not in runtimes:
+        registered = ", ".join(sorted(runtimes))
         problems.append(
             f"runtime {definition.runtime!r} is not registered (registered: {registered}); "
             "register it with the register_runtimes hook"

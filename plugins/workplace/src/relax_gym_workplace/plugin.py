@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from relax_gym_core.environments.hookspecs import hookimpl
+from relax_gym_core.environments import hookimpl
 
 from relax_gym_workplace import env, probes, results, rows
 
 if TYPE_CHECKING:
-    from relax_gym_core.environments import CleanupContract, EnvironmentRegistrar, VerifierProbe
+    from relax_gym_core.environments import (
+        CleanupContract,
+        EnvironmentRegistrar,
+        RunResult,
+        VerifierProbe,
+    )
     from relax_gym_core.protocol import Generation
-    from relax_gym_core.runtimes.base import RunResult
 
 
 @hookimpl

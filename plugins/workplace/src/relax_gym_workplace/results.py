@@ -12,8 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from relax_gym_core.environments import EnvironmentFailure, reference
-from relax_gym_core.runtimes.base import RunResult
+from relax_gym_core.environments import EnvironmentFailure, RunResult, reference
 
 from relax_gym_workplace.env import ENVIRONMENT
 

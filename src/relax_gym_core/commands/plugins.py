@@ -1,0 +1,85 @@
+"""`relax-gym plugins`: the installed plugins and the environments each registers (a table, or JSON)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from relax_gym_core.environments import Hooks, make_plugin_manager
+
+
+def describe_plugins(hooks: Hooks) -> dict[str, Any]:
+    """The installed plugins and the environments each registers, as one JSON-ready document.
+
+    Keys are fixed: {"plugins": [{"name", "distribution", "version", "module", "environments":
+    [{"name", "configs", "agent", "description"}]}]}. The built-in reference implementations are part
+    of the core, not a plugin, and are not listed.
+    """
+    registry = hooks.environments
+    owned: dict[str, list[dict[str, Any]]] = {}
+    for definition in registry:
+        owned.setdefault(registry.owner(definition.name), []).append(
+            {
+                "name": definition.name,
+                "configs": list(definition.configs),
+                "agent": definition.agent,
+                "description": definition.description,
+            }
+        )
+    return {
+        "plugins": [
+            {
+                "name": info.name,
+                "distribution": info.distribution,
+                "version": info.version,
+                "module": info.module,
+                "environments": owned.get(info.name, []),
+            }
+            for info in hooks.plugins
+        ]
+    }
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in (headers, *rows)
+    ]
+
+
+def format_plugins(document: dict[str, Any]) -> str:
+    """The human view of describe_plugins(): a plugin table, then an environment table."""
+    plugins = document["plugins"]
+    if not plugins:
+        return "No relax-gym plugins installed."
+    lines = _table(
+        ("PLUGIN", "DISTRIBUTION", "VERSION", "MODULE"),
+        [(p["name"], p["distribution"] or "-", p["version"] or "-", p["module"]) for p in plugins],
+    )
+    environments = [(env, p["name"]) for p in plugins for env in p["environments"]]
+    lines.append("")
+    if not environments:
+        lines.append("No environments registered.")
+        return "\n".join(lines)
+    lines += _table(
+        ("ENVIRONMENT", "PLUGIN", "CONFIGS", "AGENT", "DESCRIPTION"),
+        [
+            (
+                env["name"],
+                plugin,
+                ",".join(env["configs"]),
+                env["agent"],
+                " ".join(env["description"].split()),
+            )
+            for env, plugin in environments
+        ],
+    )
+    return "\n".join(lines)
+
+
+def plugins(*, as_json: bool = False) -> str:
+    """What `relax-gym plugins` prints."""
+    document = describe_plugins(make_plugin_manager())
+    return json.dumps(document, indent=2) if as_json else format_plugins(document)
