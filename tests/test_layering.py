@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     "client": BASE | {"protocol"},
 }
 # The public API a plugin distribution may import (its tests may also use the test support).
-PLUGIN_API = {"", "environments", "environments.reference", "protocol", "errors"}
+PLUGIN_API = {"", "environments", "environments.reference", "protocol", "errors", "runtimes", "runtimes.base"}
 PLUGIN_TEST_API = PLUGIN_API | {"testing", "testing.web", "gym.processes", "gym"}
 
 

@@ -7,7 +7,7 @@ an environments file gets its plugin's run bodies, result mapping and runtime un
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from relax_gym_core.bridge import CallbackPolicy
 from relax_gym_core.environments import Hooks, make_plugin_manager
@@ -44,11 +44,10 @@ def serve(
     callback_hosts: Sequence[str] = (),
     callback_networks: Sequence[str] = (),
     log_level: str = "warning",
-    hooks_factory: Callable[[], Hooks] = make_plugin_manager,
 ) -> None:
     specs = load_environments(environments)
     policy = CallbackPolicy.from_env(hosts=callback_hosts, networks=callback_networks)
-    hooks = hooks_factory()
+    hooks = make_plugin_manager()  # the installed plugins, exactly as `relax-gym up` loads them
     sock = listen(host, port)
     try:
         serve_gateway(sock, specs, hooks, policy, log_level=log_level)
