@@ -38,6 +38,13 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mix(args: argparse.Namespace) -> int:
+    from relax_gym_core.commands.mix import mix  # noqa: PLC0415
+
+    print(mix(args.sources, args.output, seed=args.seed))  # noqa: T201
+    return 0
+
+
 def _up(args: argparse.Namespace) -> int:
     from relax_gym_core.commands.up import up  # noqa: PLC0415
 
@@ -118,6 +125,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     convert.add_argument("--limit", type=int, metavar="N", help="stop after N converted rows (N >= 1)")
     convert.set_defaults(run=_convert)
+    mix = commands.add_parser(
+        "mix", help="one training dataset from converted ones, each row tagged with its environment"
+    )
+    mix.add_argument(
+        "sources",
+        nargs="+",
+        metavar="ENV[:CONFIG]=RELAX.jsonl",
+        help="a converted file and where its rows go",
+    )
+    mix.add_argument("--output", required=True, metavar="MIXED.jsonl", help="written atomically")
+    mix.add_argument("--seed", type=int, help="shuffle seed (same seed, same file; default 20260829)")
+    mix.set_defaults(run=_mix)
     probe = commands.add_parser(
         "probe", help="score an environment's verifier probes with its real verifier (exit 1 on a mismatch)"
     )

@@ -57,6 +57,15 @@ def convert_row(environment: str, row: dict[str, Any]) -> dict[str, Any] | None:
 
 
 @hookspec(firstresult=True)
+def drop_reason(environment: str, row: dict[str, Any]) -> str | None:
+    """Why a converted Relax row should be left out of a training mix, or None to keep it.
+
+    `relax-gym mix` asks this for every row and counts what it drops by reason (e.g. a workplace row with
+    no ground truth, which any do-nothing answer would score 1.0). Stops at first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
 def build_run_body(
     environment: str, task: dict[str, Any], generation: Generation, rollout_id: str
 ) -> dict[str, Any] | None:
@@ -92,6 +101,7 @@ __all__ = [
     "build_run_body",
     "cleanup_contract",
     "convert_row",
+    "drop_reason",
     "map_result",
     "register_environments",
     "register_runtimes",

@@ -158,6 +158,10 @@ class Hooks:
         converted: dict[str, Any] = result
         return converted
 
+    def drop_reason(self, environment: str, row: dict[str, Any]) -> str | None:
+        reason: str | None = self.pm.hook.drop_reason(environment=environment, row=row)
+        return reason
+
     def build_run_body(
         self, environment: str, task: dict[str, Any], generation: Generation, rollout_id: str
     ) -> dict[str, Any]:

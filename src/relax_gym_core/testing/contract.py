@@ -148,7 +148,14 @@ def _foreign_answers(hooks: Hooks, plugin: str) -> list[str]:
         "body": {"reward": 1.0, "response": {"output": []}},
     }
     problems: list[str] = []
-    for hook in ("convert_row", "build_run_body", "verifier_probes", "cleanup_contract", "map_result"):
+    for hook in (
+        "convert_row",
+        "drop_reason",
+        "build_run_body",
+        "verifier_probes",
+        "cleanup_contract",
+        "map_result",
+    ):
         for impl in getattr(hooks.pm.hook, hook).get_hookimpls():
             if impl.plugin_name != plugin or impl.wrapper or impl.hookwrapper:
                 continue

@@ -29,6 +29,11 @@ def convert_row(environment: str, row: dict[str, Any]) -> dict[str, Any] | None:
 
 
 @hookimpl
+def drop_reason(environment: str, row: dict[str, Any]) -> str | None:
+    return rows.drop_reason(row) if environment == env.ENVIRONMENT else None
+
+
+@hookimpl
 def build_run_body(
     environment: str, task: dict[str, Any], generation: Generation, rollout_id: str
 ) -> dict[str, Any] | None:

@@ -128,6 +128,13 @@ def convert_row(row: dict[str, Any]) -> dict[str, Any]:
     return reference.convert_row(ENVIRONMENT, normalise_row(row))
 
 
+def drop_reason(relax_row: dict[str, Any]) -> str | None:
+    """Rows with no ground truth teach nothing: doing nothing would score 1.0 on them."""
+    metadata = relax_row.get("metadata")
+    truth = metadata.get("ground_truth") if isinstance(metadata, dict) else None
+    return None if truth else "no ground truth"
+
+
 def build_run_body(task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
     """The reference /run body, checked like a row: a task converted elsewhere (or passed through raw)
     with a string ground_truth must fail here, not be scored 1.0 for doing nothing."""
