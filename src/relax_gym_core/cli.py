@@ -6,21 +6,25 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from relax_gym_core.errors import RelaxGymError
+
+
+def _gateway_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "host": args.host,
+        "port": args.port,
+        "callback_hosts": args.callback_host,
+        "callback_networks": args.callback_network,
+        "log_level": args.log_level,
+    }
 
 
 def _serve(args: argparse.Namespace) -> int:
     from relax_gym_core.commands.serve import serve  # noqa: PLC0415
 
-    serve(
-        environments=args.environments,
-        host=args.host,
-        port=args.port,
-        callback_hosts=args.callback_host,
-        callback_networks=args.callback_network,
-        log_level=args.log_level,
-    )
+    serve(environments=args.environments, **_gateway_options(args))
     return 0
 
 
@@ -48,15 +52,7 @@ def _mix(args: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     from relax_gym_core.commands.up import up  # noqa: PLC0415
 
-    up(
-        args.environments,
-        host=args.host,
-        port=args.port,
-        callback_hosts=args.callback_host,
-        callback_networks=args.callback_network,
-        max_concurrency=args.max_concurrency,
-        log_level=args.log_level,
-    )
+    up(args.environments, max_concurrency=args.max_concurrency, **_gateway_options(args))
     return 0
 
 

@@ -29,7 +29,7 @@ from relax_gym_core.testing import (
     reply_text,
     reply_tool_calls,
 )
-from relax_gym_core.testing.policy import responses_object
+from relax_gym_core.testing.formats import responses_object
 from relax_gym_core.testing.web import ScriptedPolicy, run_policy
 
 from .conftest import AGENT_KEY, SDK_TIMEOUT_S, BridgeGateway, Trial

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from attrs import field, frozen
 
@@ -19,6 +19,28 @@ from relax_gym_core.trials.records import Admission
 type ServerKind = Literal["resources_servers", "responses_api_agents", "responses_api_models"]
 
 _ADMISSION = Admission()
+
+
+class Limits(Protocol):
+    """Anything that carries an environment's admission limits (a definition, a spec)."""
+
+    @property
+    def interrupt_policy(self) -> InterruptPolicy: ...
+    @property
+    def max_deadline_s(self) -> float: ...
+    @property
+    def max_concurrency(self) -> int: ...
+    @property
+    def queue_capacity(self) -> int: ...
+
+
+def admission_of(limits: Limits) -> Admission:
+    return Admission(
+        max_concurrency=limits.max_concurrency,
+        queue_capacity=limits.queue_capacity,
+        max_deadline_s=limits.max_deadline_s,
+        interrupt_policy=limits.interrupt_policy,
+    )
 
 
 @frozen(kw_only=True)
@@ -106,12 +128,7 @@ class EnvironmentDefinition:
 
     @property
     def admission(self) -> Admission:
-        return Admission(
-            max_concurrency=self.max_concurrency,
-            queue_capacity=self.queue_capacity,
-            max_deadline_s=self.max_deadline_s,
-            interrupt_policy=self.interrupt_policy,
-        )
+        return admission_of(self)
 
 
 @frozen(kw_only=True)

@@ -17,7 +17,7 @@ import attrs
 from attrs import field, frozen
 from cattrs.gen import make_dict_structure_fn
 
-from relax_gym_core.environments.definitions import CleanupURLs
+from relax_gym_core.environments.definitions import CleanupURLs, admission_of
 from relax_gym_core.errors import ConfigError, FieldError, ProtocolError
 from relax_gym_core.protocol import InterruptPolicy, converter, structure
 from relax_gym_core.protocol.types import split_http_url
@@ -97,12 +97,7 @@ class EnvironmentSpec:
 
     @property
     def admission(self) -> Admission:
-        return Admission(
-            max_concurrency=self.max_concurrency,
-            queue_capacity=self.queue_capacity,
-            max_deadline_s=self.max_deadline_s,
-            interrupt_policy=self.interrupt_policy,
-        )
+        return admission_of(self)
 
 
 # ---- the file format: flat keys (the reference's), structured with the one converter ------------------

@@ -36,63 +36,20 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from relax_gym_core.testing.formats import (
-    anthropic_message,
-    anthropic_sse,
-    chat_completion,
-    chat_completion_sse,
-    responses_object,
-    responses_sse,
-)
 from relax_gym_core.testing.replies import (
     ErrorReply,
     Gate,
-    ModelReply,
-    RawReply,
     RecordedRequest,
     Rendered,
     Resource,
     Script,
     ScriptedReply,
-    ToolCall,
     _dumps,
     default_script,
-    reply_error,
-    reply_json,
-    reply_raw,
-    reply_text,
-    reply_tool_calls,
 )
-from relax_gym_core.testing.threaded import ThreadedServer, serve_in_thread
+from relax_gym_core.testing.threaded import ThreadedServer
 
-__all__ = [
-    "ErrorReply",
-    "Gate",
-    "ModelReply",
-    "RawReply",
-    "RecordedRequest",
-    "Rendered",
-    "Resource",
-    "Script",
-    "ScriptedPolicy",
-    "ScriptedReply",
-    "ThreadedServer",
-    "ToolCall",
-    "anthropic_message",
-    "anthropic_sse",
-    "chat_completion",
-    "chat_completion_sse",
-    "default_script",
-    "reply_error",
-    "reply_json",
-    "reply_raw",
-    "reply_text",
-    "reply_tool_calls",
-    "responses_object",
-    "responses_sse",
-    "run_policy",
-    "serve_in_thread",
-]
+__all__ = ["PREFIX", "ScriptedPolicy", "run_policy"]
 
 
 PREFIX = "/agentic_api"
