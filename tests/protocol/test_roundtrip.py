@@ -454,15 +454,30 @@ def test_deeply_nested_body_is_a_protocol_error() -> None:
     parse_error(text[:-1] + ',"extension":' + "[" * depth + "]" * depth + "}")
 
 
+# The task object is level 0 and {"deep": _nested_lists(n)} adds n + 1 lists below it, so n = MAX_DEPTH - 2
+# is the deepest task accepted and n = MAX_DEPTH - 1 the shallowest refused.
+DEEPEST_ACCEPTED = jsonutil.MAX_DEPTH - 2
+
+
 # Whatever parse_create_request accepts must serialise again (fingerprints, request_to_wire).
-def test_accepted_deep_task_can_be_serialised_again() -> None:
+def test_deepest_accepted_task_can_be_serialised_again() -> None:
     body = valid_body()
-    body["environment"]["task"] = {"deep": _nested_lists(800)}
-    try:
-        request = parse_create_request(jsonutil.dumps(body))
-    except ProtocolError:
-        return  # refusing such depth is fine too
+    body["environment"]["task"] = {"deep": _nested_lists(DEEPEST_ACCEPTED)}
+    request = parse_create_request(jsonutil.dumps(body))
+    assert request.environment.task == body["environment"]["task"]
     assert parse_create_request(jsonutil.dumps(unstructure(request))) == request
+    assert parse_create_request(jsonutil.dumps(request_to_wire(request))) == request
+    assert jsonutil.Fingerprinter(b"k")(unstructure(request))
+
+
+@pytest.mark.parametrize("lists", [DEEPEST_ACCEPTED + 1, 800])
+def test_task_deeper_than_the_limit_is_refused(lists: int) -> None:
+    body = valid_body()
+    body["environment"]["task"] = {"deep": _nested_lists(lists)}
+    message = parse_error(jsonutil.dumps(body))
+    assert message.startswith("environment.task")
+    assert f"nested at most {jsonutil.MAX_DEPTH} levels" in message
+    assert parse_error(body) == message  # the same answer for already-parsed data
 
 
 def test_snapshot_request_id_mismatch_is_rejected() -> None:

@@ -639,11 +639,38 @@ def test_retained_terminal_trials_are_capped_oldest_first() -> None:
 
 
 def test_running_trial_drops_its_task_but_keeps_what_callbacks_need() -> None:
-    book, _ = make_book()
-    book.create(make_request("r", task={"messages": ["x" * 10_000]}))
+    book, clock = make_book()
+    book.create(make_request("r", task={"messages": ["x" * 10_000]}, lease_s=30.0))
     (trial,) = book.start_ready()
     book.drop_task("r")
     assert trial.request is not None
     assert trial.request.environment.task == {}
     assert trial.request.model_endpoint.api_key == "sk-test"
-    book.renew("r")  # still has its lease length
+    clock.advance(20.0)
+    assert book.renew("r") is None
+    assert trial.lease_expires_at == clock.now + 30.0  # it still knows its lease length
+    clock.advance(20.0)  # past the original lease, within the renewed one
+    assert book.expire_due() == ([], [])
+    assert trial.phase is Phase.ACTIVE
+
+
+@pytest.mark.parametrize(
+    ("deadline_s", "lease_s", "cause"),
+    [(100.0, 5.0, Cause.LEASE_EXPIRED), (5.0, 100.0, Cause.DEADLINE_EXCEEDED)],
+)
+@pytest.mark.parametrize("start", [True, False], ids=["running", "queued"])
+def test_an_overdue_renew_cancels_instead_of_reviving(
+    deadline_s: float, lease_s: float, cause: Cause, start: bool
+) -> None:
+    book, clock = make_book()
+    trial, _ = book.create(make_request("r", deadline_s=deadline_s, lease_s=lease_s))
+    if start:
+        book.start_ready()
+    lease = trial.lease_expires_at
+    clock.advance(5.0)  # the janitor has not run yet
+    outcome = book.renew("r")
+    assert outcome is (Cancel.NEEDS_CLEANUP if start else Cancel.FINISHED)
+    assert trial.cause is cause
+    assert trial.lease_expires_at == lease
+    assert not book.has_capability(trial.rollout_id)
+    assert book.renew("r") is None  # no longer active: a no-op

@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from relax_gym_core.errors import (
     CapabilityUnavailableError,
+    PolicyMismatchError,
     QueueFullError,
     TrialConflictError,
     TrialExpiredError,
@@ -25,6 +26,7 @@ from relax_gym_core.protocol import (
     CleanupState,
     CreateTrialRequest,
     EnvironmentRef,
+    Generation,
     InterruptPolicy,
     ModelEndpoint,
     SessionInfo,
@@ -85,7 +87,16 @@ def make_request(
     )
 
 
+def _endpoint(request: CreateTrialRequest, **changes: Any) -> CreateTrialRequest:
+    return attrs.evolve(request, model_endpoint=attrs.evolve(request.model_endpoint, **changes))
+
+
+def _session(request: CreateTrialRequest, **changes: Any) -> CreateTrialRequest:
+    return attrs.evolve(request, session=attrs.evolve(request.session, **changes))
+
+
 def different_payload(request: CreateTrialRequest, how: str) -> CreateTrialRequest:
+    """The request with exactly one thing a replay must repeat changed."""
     if how == "task":
         environment = attrs.evolve(request.environment, task={"task": request.environment.task["task"] + 1})
         return attrs.evolve(request, environment=environment)
@@ -94,7 +105,19 @@ def different_payload(request: CreateTrialRequest, how: str) -> CreateTrialReque
     if how == "lease":
         return attrs.evolve(request, lease_s=request.lease_s + 1.0)
     if how == "model":
-        return attrs.evolve(request, model_endpoint=attrs.evolve(request.model_endpoint, model="other"))
+        return _endpoint(request, model="other")
+    if how == "base_url":
+        return _endpoint(request, base_url="http://other-trainer.local/v1")
+    if how == "headers":
+        return _endpoint(request, headers={"X-Extra": "1"})
+    if how == "session_id":
+        return _session(request, session_id="other-session")
+    if how == "group_id":
+        return _session(request, group_id="other-group")
+    if how == "generation":
+        return attrs.evolve(request, generation=Generation(sampling_params={"temperature": 0.5}))
+    if how == "interrupt_policy":
+        return attrs.evolve(request, interrupt_policy=InterruptPolicy.INTERRUPTIBLE)
     if how == "env":
         other = next(
             key for key in ENVIRONMENTS if key != (request.environment.name, request.environment.config)
@@ -103,6 +126,22 @@ def different_payload(request: CreateTrialRequest, how: str) -> CreateTrialReque
         return attrs.evolve(request, environment=environment)
     assert how == "metadata"
     return attrs.evolve(request, metadata={"changed": True})
+
+
+PAYLOAD_CHANGES = [
+    "task",
+    "deadline",
+    "lease",
+    "model",
+    "base_url",
+    "headers",
+    "session_id",
+    "group_id",
+    "generation",
+    "interrupt_policy",
+    "env",
+    "metadata",
+]
 
 
 class TrialBookMachine(RuleBasedStateMachine):
@@ -227,25 +266,33 @@ class TrialBookMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.requests))
     @rule(data=st.data(), api_key=st.text("abcdef0123456789", min_size=1, max_size=8))
     def replay_with_new_api_key(self, data: st.DataObject, api_key: str) -> None:
+        """The one change a replay may make: a refreshed token, used from then on while active."""
         request_id = data.draw(st.sampled_from(self.live_ids()))
-        request = self.requests[request_id]
-        refreshed = attrs.evolve(
-            request, model_endpoint=attrs.evolve(request.model_endpoint, api_key=api_key)
-        )
+        refreshed = _endpoint(self.requests[request_id], api_key=api_key)
         before = self.trial(request_id)
+        state, request = self.snapshot_state(before), before.request
         trial, created = self.book.create(refreshed)
         assert trial is before
         assert not created
+        assert self.snapshot_state(trial) == state
+        if trial.phase is Phase.ACTIVE:
+            assert trial.request is refreshed
+        else:
+            assert trial.request is request  # a cancelling or finished trial keeps what it had
+        self.requests[request_id] = refreshed
 
     @precondition(lambda self: bool(self.requests))
-    @rule(data=st.data(), how=st.sampled_from(["task", "deadline", "lease", "model", "env", "metadata"]))
+    @rule(data=st.data(), how=st.sampled_from(PAYLOAD_CHANGES))
     def replay_conflicting(self, data: st.DataObject, how: str) -> None:
         request_id = data.draw(st.sampled_from(self.live_ids()))
         trial = self.trial(request_id)
-        state = self.snapshot_state(trial)
-        with pytest.raises(TrialConflictError):
+        state, request = self.snapshot_state(trial), trial.request
+        # The registry refuses another interrupt policy (400) before the replay check could (409).
+        refusal = PolicyMismatchError if how == "interrupt_policy" else TrialConflictError
+        with pytest.raises(refusal):
             self.book.create(different_payload(self.requests[request_id], how))
         assert self.snapshot_state(trial) == state
+        assert trial.request is request
 
     @precondition(lambda self: bool(self.evicted))
     @rule(data=st.data())

@@ -122,7 +122,7 @@ def test_no_observers_builds_no_events(monkeypatch: pytest.MonkeyPatch) -> None:
     def forbidden(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("an event was built with nobody to read it")
 
-    monkeypatch.setattr("relax_gym_core.trials.book.Transition", forbidden)
+    monkeypatch.setattr("relax_gym_core.trials.events.Transition", forbidden)
     book.create(make_request("a"))
     book.start_ready()
     assert book.complete("a", RunResult(reward=1.0))

@@ -65,26 +65,20 @@ class EnvLine:
         self.slots_held -= 1
 
 
-class Admissions:
-    """Every registered (environment, config) and its line."""
+class Admissions(dict[EnvKey, EnvLine]):
+    """The line of every registered (environment, config), by key (a dict: lookups are on the hot path)."""
 
     def __init__(self, environments: Mapping[EnvKey, Admission], *, retry_after_s: float) -> None:
-        self._lines = {key: EnvLine(key, admission) for key, admission in environments.items()}
+        super().__init__((key, EnvLine(key, admission)) for key, admission in environments.items())
         self._retry_after_s = retry_after_s
-
-    def __getitem__(self, key: EnvKey) -> EnvLine:
-        return self._lines[key]
-
-    def keys(self) -> list[EnvKey]:
-        return list(self._lines)
 
     @property
     def policies(self) -> Mapping[EnvKey, Admission]:
-        return {key: line.admission for key, line in self._lines.items()}
+        return {key: line.admission for key, line in self.items()}
 
     def resolve(self, request: CreateTrialRequest) -> EnvLine:
         """The line of a request's registered environment; raises the reference's 400 errors."""
-        line = self._lines.get((request.environment.name, request.environment.config))
+        line = self.get((request.environment.name, request.environment.config))
         if line is None:
             raise EnvironmentNotRegisteredError("environment/config is not registered")
         if request.interrupt_policy != line.admission.interrupt_policy:

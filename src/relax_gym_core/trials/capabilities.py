@@ -30,6 +30,3 @@ class CapabilityIndex:
 
     def __contains__(self, rollout_id: str) -> bool:
         return rollout_id in self._by_rollout
-
-    def __len__(self) -> int:
-        return len(self._by_rollout)

@@ -29,7 +29,11 @@ class Retention:
             _, request_id = settled.popleft()
             trial = store.get(request_id)
             # The store is the source of truth: only a settled terminal record may go.
-            if trial is not None and trial.phase is Phase.TERMINAL and trial.cleanup is not CleanupState.PENDING:
+            if (
+                trial is not None
+                and trial.phase is Phase.TERMINAL
+                and trial.cleanup is not CleanupState.PENDING
+            ):
                 store.remove(request_id)
                 evicted += 1
         self.evicted_total += evicted

@@ -29,9 +29,6 @@ class Timers:
         self._seq = itertools.count()  # ties keep arming order and never compare request ids
         self._failures: dict[str, int] = {}  # request_id -> failed attempts, while it keeps failing
 
-    def __len__(self) -> int:
-        return len(self._heap)
-
     def arm(self, due_at: float, request_id: str) -> None:
         heapq.heappush(self._heap, (due_at, next(self._seq), request_id))
 
