@@ -66,7 +66,11 @@ DEFINITION = EnvironmentDefinition(
 CONTRACT = CleanupContract(
     server="math", abort_path="/cleanup/{rollout_id}", probe_path="/cleanup/{rollout_id}"
 )
-GSM8K: dict[str, Any] = {"question": "What is 3 + 5?", "expected_answer": 8, "reference_solution": "8"}
+GSM8K: dict[str, Any] = {
+    "responses_create_params": {"input": [{"role": "user", "content": "What is 3 + 5?"}]},
+    "expected_answer": 8,
+    "reference_solution": "8",
+}
 TOOLS_ROW: dict[str, Any] = {
     "responses_create_params": {
         "input": [{"role": "system", "content": "Be exact."}, {"role": "user", "content": "Mail Bob"}],

@@ -26,7 +26,11 @@ def convert_row(environment, row):
         raise KeyError("a plugin bug")
     return None  # everything else: the reference conversion
 """
-GSM8K_ROW = {"question": "Combien font 3 + 5 ? — réponds", "expected_answer": 8, "reference_solution": "8"}
+GSM8K_ROW = {
+    "responses_create_params": {"input": [{"role": "user", "content": "Combien font 3 + 5 ? — réponds"}]},
+    "expected_answer": 8,
+    "reference_solution": "8",
+}
 WORKPLACE_ROW = {
     "responses_create_params": {
         "input": [{"role": "user", "content": "Mail Bob"}],

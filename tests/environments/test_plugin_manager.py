@@ -248,7 +248,7 @@ def test_trace_goes_to_stderr_not_to_command_output(
 ) -> None:
     monkeypatch.setenv(TRACE_VAR, "1")
     hooks = make_plugin_manager(load_entry_points=False)
-    hooks.convert_row("env", {"question": "q", "expected_answer": 1})
+    hooks.convert_row("env", {"responses_create_params": {"input": []}, "expected_answer": 1})
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "convert_row" in captured.err

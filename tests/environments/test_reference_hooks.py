@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from relax_gym_core.environments import RowError, make_plugin_manager
-from relax_gym_core.environments.reference import GSM8K_PROMPT, build_run_body, convert_row, map_result
+from relax_gym_core.environments.reference import build_run_body, convert_row, map_result
 from relax_gym_core.protocol import Generation, TrialStatus
 
 R2E_ROW: dict[str, Any] = {
@@ -41,12 +41,16 @@ WORKPLACE_ROW: dict[str, Any] = {
 }
 
 
-def test_gsm8k_row_gets_the_boxed_prompt_and_a_string_answer() -> None:
-    row = {"question": "What is 3 + 5?", "expected_answer": 8, "reference_solution": "3 + 5 = 8"}
-    converted = convert_row(environment="gsm8k", row=row)
+def test_a_numeric_expected_answer_becomes_a_string() -> None:
+    # math_with_judge answers 422 for a number (and /run then fails with 500); prepare.py writes numbers.
+    row = {
+        "responses_create_params": {"input": [{"role": "user", "content": "3 + 5?"}]},
+        "expected_answer": 8,
+    }
+    converted = convert_row(environment="math", row=row)
     assert converted == {
-        "input": [{"role": "user", "content": f"{GSM8K_PROMPT}\n\nWhat is 3 + 5?"}],
-        "metadata": {"question": "What is 3 + 5?", "expected_answer": "8", "reference_solution": "3 + 5 = 8"},
+        "input": [{"role": "user", "content": "3 + 5?"}],
+        "metadata": {"expected_answer": "8"},
     }
     assert row["expected_answer"] == 8  # the raw row is not changed
 
@@ -54,12 +58,8 @@ def test_gsm8k_row_gets_the_boxed_prompt_and_a_string_answer() -> None:
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        ({"question": "q"}, "must contain responses_create_params, or GSM8K question and expected_answer"),
-        (
-            {"expected_answer": 1},
-            "must contain responses_create_params, or GSM8K question and expected_answer",
-        ),
-        ({"question": 3, "expected_answer": 1}, "GSM8K question and expected_answer"),
+        ({"question": "q", "expected_answer": 1}, "must contain responses_create_params"),
+        ({"expected_answer": 1}, "must contain responses_create_params"),
         ({"responses_create_params": "text"}, "responses_create_params must be an object"),
         (
             {"responses_create_params": {"input": "hi"}},
@@ -206,10 +206,11 @@ def test_truncated_result_and_missing_reward_stays_none() -> None:
 def test_reference_answers_through_the_facade_when_no_plugin_does() -> None:
     hooks = make_plugin_manager(load_entry_points=False)
     assert hooks.plugins == []  # the reference is part of the core, not a listed plugin
-    converted = hooks.convert_row("gsm8k", {"question": "q", "expected_answer": 2.5})
+    raw = {"responses_create_params": {"input": [{"role": "user", "content": "q"}]}, "expected_answer": 2.5}
+    converted = hooks.convert_row("math", raw)
     assert converted["metadata"]["expected_answer"] == "2.5"
     body = hooks.build_run_body(
-        "gsm8k", {"messages": converted["input"], "metadata": converted["metadata"]}, Generation(), "abc-0"
+        "math", {"messages": converted["input"], "metadata": converted["metadata"]}, Generation(), "abc-0"
     )
     assert body["responses_create_params"] == {"input": converted["input"]}
-    assert hooks.map_result("gsm8k", {"reward": 1}).reward == 1
+    assert hooks.map_result("math", {"reward": 1}).reward == 1

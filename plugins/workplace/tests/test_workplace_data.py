@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from relax_gym_core.errors import InstalledFileUnavailable
+from relax_gym_core.gym import installed
+from relax_gym_core.gym.processes import PYTHON_VAR, gym_python
 
 from relax_gym_workplace import data
 
@@ -33,8 +36,8 @@ def test_the_five_rows_of_the_installed_file_are_read() -> None:
 def test_this_interpreter_asks_the_nemo_gym_environment() -> None:
     if importlib.util.find_spec("resources_servers") is not None:
         pytest.skip("NeMo Gym is importable here; the subprocess path is not used")
-    assert data._local_path() is None
-    assert data.example_path() == data._path_via(str(data._gym_python()))
+    assert installed.local_path(data.PACKAGE, data.EXAMPLE_FILE) is None
+    assert data.example_path() == installed.path_via(gym_python(), data.PACKAGE, data.EXAMPLE_FILE)
 
 
 def test_inside_the_nemo_gym_environment_the_package_is_read_directly() -> None:
@@ -42,8 +45,10 @@ def test_inside_the_nemo_gym_environment_the_package_is_read_directly() -> None:
         pytest.skip("RELAX_GYM_NEMO_GYM_PYTHON is not set (make test sets it)")
     script = (
         "import json\n"
+        "from relax_gym_core.gym import installed\n"
         "from relax_gym_workplace import data\n"
-        "print(json.dumps([str(data._local_path()), len(data.example_rows())]))\n"
+        "local = installed.local_path(data.PACKAGE, data.EXAMPLE_FILE)\n"
+        "print(json.dumps([str(local), len(data.example_rows())]))\n"
     )
     done = subprocess.run([GYM_PYTHON, "-c", script], capture_output=True, text=True, check=True, timeout=120)
     local, count = json.loads(done.stdout)
@@ -56,18 +61,18 @@ def test_a_missing_environment_says_how_to_install_it(
 ) -> None:
     if importlib.util.find_spec("resources_servers") is not None:
         pytest.skip("NeMo Gym is importable here")
-    monkeypatch.setenv(data.PYTHON_VAR, str(tmp_path / "no-python"))
-    with pytest.raises(data.ExampleRowsUnavailable) as caught:
+    monkeypatch.setenv(PYTHON_VAR, str(tmp_path / "no-python"))
+    with pytest.raises(InstalledFileUnavailable) as caught:
         data.example_rows()
     message = str(caught.value)
     assert "make gym" in message
     assert "pip install nemo-gym==0.4.0" in message
-    assert data.PYTHON_VAR in message
+    assert PYTHON_VAR in message
 
 
 def test_a_python_without_nemo_gym_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     if importlib.util.find_spec("resources_servers") is not None:
         pytest.skip("NeMo Gym is importable here")
-    monkeypatch.setenv(data.PYTHON_VAR, sys.executable)
-    with pytest.raises(data.ExampleRowsUnavailable, match="cannot locate resources_servers"):
+    monkeypatch.setenv(PYTHON_VAR, sys.executable)
+    with pytest.raises(InstalledFileUnavailable, match="cannot locate resources_servers"):
         data.example_rows()

@@ -13,10 +13,7 @@ from relax_gym_core.errors import RowError
 from relax_gym_core.protocol import Generation, TrialStatus
 from relax_gym_core.runtimes.base import RunResult
 
-GSM8K_PROMPT = (
-    "Solve the following math problem. Make sure to put the answer (and only answer) inside \\boxed{}."
-)
-_NOT_A_ROW = "NeMo Gym row must contain responses_create_params, or GSM8K question and expected_answer fields"
+_NOT_A_ROW = "NeMo Gym row must contain responses_create_params (a plugin converts rows of other shapes)"
 _NOT_PRESERVED = frozenset({"input", "tools", "parallel_tool_calls", "instructions"})
 _FANNED_INTO_PARAMS = frozenset({"tools", "parallel_tool_calls", "developer_message"})
 _COPIED_METRICS = (
@@ -36,13 +33,7 @@ def convert_row(environment: str, row: dict[str, Any]) -> dict[str, Any]:
     del environment  # the reference conversion is the same for every environment
     params = row.get("responses_create_params")
     if params is None:
-        question = row.get("question")
-        if not isinstance(question, str) or "expected_answer" not in row:
-            raise RowError(_NOT_A_ROW)
-        metadata = dict(row)
-        if not isinstance(row["expected_answer"], bool):
-            metadata["expected_answer"] = str(row["expected_answer"])
-        return {"input": [{"role": "user", "content": f"{GSM8K_PROMPT}\n\n{question}"}], "metadata": metadata}
+        raise RowError(_NOT_A_ROW)
     if not isinstance(params, dict):
         raise RowError("responses_create_params must be an object")
     messages = params.get("input")

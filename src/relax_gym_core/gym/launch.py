@@ -11,8 +11,19 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import signal
+import sys
 from typing import Any
+
+
+def _upstream_on_path(package: str) -> None:
+    """Put the upstream server's directory first on sys.path, as NeMo Gym's own `python app.py` does:
+    some upstream apps import their siblings as top-level modules (calendar: `from utils import ...`)."""
+    spec = importlib.util.find_spec(package)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if locations and locations[0] not in sys.path:
+        sys.path.insert(0, locations[0])
 
 
 def _server_class(spec: str) -> Any:
@@ -48,10 +59,13 @@ def serve(server_class: Any, *, log_level: str = "warning") -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server-class", required=True)
+    parser.add_argument("--upstream", help="the upstream server package, e.g. resources_servers.calendar")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     # A background launch may inherit SIGINT as ignored; we are stopped by signal, so restore it.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if args.upstream:
+        _upstream_on_path(args.upstream)
     serve(_server_class(args.server_class), log_level=args.log_level)
 
 

@@ -23,22 +23,30 @@ from attrs import frozen
 from relax_gym_core.environments.definitions import NemoGymServer
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import merged_config
+from relax_gym_core.gym.installed import PYTHON_VAR
 
-PYTHON_VAR = "RELAX_GYM_NEMO_GYM_PYTHON"
 DEFAULT_PYTHON = Path(".gym/venv/bin/python")
 
 
 def gym_python(environ: Mapping[str, str] = os.environ) -> str:
-    """The interpreter of the NeMo Gym environment, or a ConfigError saying how to get one."""
+    """The interpreter of the NeMo Gym environment, or a ConfigError saying how to get one.
+
+    $RELAX_GYM_NEMO_GYM_PYTHON when set (used or reported, never second-guessed), else .gym/venv/bin/python
+    under the working directory or a parent of this checkout (an editable install run from elsewhere).
+    """
     configured = environ.get(PYTHON_VAR)
-    path = Path(configured) if configured else DEFAULT_PYTHON
-    if not path.is_file():
+    if configured:
+        candidates = [Path(configured)]
+    else:
+        candidates = [base / DEFAULT_PYTHON for base in (Path.cwd(), *Path(__file__).resolve().parents)]
+    found = next((path for path in candidates if path.is_file()), None)
+    if found is None:
         raise ConfigError(
-            f"NeMo Gym environment not found ({PYTHON_VAR}={configured or 'unset'}, tried {path}): "
-            f"run `make gym`, or set {PYTHON_VAR} to the python of an environment with nemo-gym==0.4.0 "
-            "and relax-gym-core installed"
+            f"NeMo Gym environment not found ({PYTHON_VAR}={configured or 'unset'}, tried {candidates[0]}): "
+            f"run `make gym`, or `pip install nemo-gym==0.4.0` into an environment with relax-gym-core and "
+            f"set {PYTHON_VAR} to its python"
         )
-    return str(path.absolute())
+    return str(found.absolute())
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -132,6 +140,8 @@ def run_gym_servers(
                             "relax_gym_core.gym.launch",
                             "--server-class",
                             server.server_class,
+                            "--upstream",
+                            f"{server.kind}.{server.implementation}",
                         ],
                         stdout=sink,
                         stderr=subprocess.STDOUT,

@@ -1,0 +1,22 @@
+"""Fixtures of the calendar plugin's tests: a plugin manager with only this plugin, and upstream's
+example rows read from the installed nemo-gym package."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from relax_gym_core.environments import Hooks, make_plugin_manager
+
+from relax_gym_calendar import plugin
+from relax_gym_calendar.data import example_rows
+
+
+@pytest.fixture
+def hooks() -> Hooks:
+    return make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("calendar", plugin)])
+
+
+@pytest.fixture(scope="session")
+def rows() -> list[dict[str, Any]]:
+    return example_rows()

@@ -1,0 +1,128 @@
+"""The optional LLM judge of math_with_judge: off by default (as upstream), on when the operator names a
+judge endpoint.
+
+Upstream asks the judge only when math-verify does not already give 1.0, through the NeMo Gym model server
+its config names (``judge_model_server``); upstream's own YAML names ``policy_model``. Under relax-gym,
+``policy_model`` is the gateway, whose bridge sends each call to a trial's Relax session: judge calls
+there would be recorded as the policy's own turns (or refused for lack of a trial capability). So the
+judge never uses ``policy_model``: turning it on means naming a separate endpoint, served to the resources
+server by its own NeMo Gym model server (upstream's ``openai_model``, a Responses API client).
+
+    RELAX_GYM_MATH_JUDGE_URL       base URL of an OpenAI-compatible Responses API (…/v1): turns the judge on
+                                   (unset or empty: off)
+    RELAX_GYM_MATH_JUDGE_MODEL     the judge's model name (required with the URL)
+    RELAX_GYM_MATH_JUDGE_API_KEY   its API key, read by the judge server process itself (optional)
+
+The variables are read when the plugin registers its environments (``relax-gym up`` and every other
+command); a configuration that would route the judge through the bridge, or that is incomplete, is
+refused there with a ConfigError naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from attrs import frozen
+from relax_gym_core.environments import NemoGymServer
+from relax_gym_core.errors import ConfigError
+
+URL_VAR = "RELAX_GYM_MATH_JUDGE_URL"
+MODEL_VAR = "RELAX_GYM_MATH_JUDGE_MODEL"
+API_KEY_VAR = "RELAX_GYM_MATH_JUDGE_API_KEY"
+JUDGE_SERVER = "math_judge_model"
+POLICY_MODEL = "policy_model"  # the gateway under relax-gym: never the judge
+BRIDGE_ROUTE = "/ng-rollout/"  # the gateway's per-trial model-call prefix
+
+
+@frozen(kw_only=True)
+class JudgeSettings:
+    base_url: str
+    model: str
+
+    def server(self) -> NemoGymServer:
+        """The judge's own NeMo Gym model server, pointed at the operator's endpoint."""
+        return NemoGymServer(
+            name=JUDGE_SERVER,
+            kind="responses_api_models",
+            implementation="openai_model",
+            server_class="responses_api_models.openai_model.app:SimpleModelServer",
+            config={
+                "openai_base_url": self.base_url,
+                # Resolved by OmegaConf inside the judge's process, so the key never enters the
+                # environment definition (which relax-gym may print or log).
+                "openai_api_key": f"${{oc.env:{API_KEY_VAR},EMPTY}}",
+                "openai_model": self.model,
+            },
+        )
+
+
+def _refuse(message: str) -> ConfigError:
+    return ConfigError(f"math judge: {message} (leave {URL_VAR} unset to keep the judge off)")
+
+
+def _checked_url(raw: str) -> str:
+    url = raw.strip()
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise _refuse(f"{URL_VAR} is not a URL ({exc})") from None
+    if "@" in parts.netloc:  # checked first: no message below may echo a password
+        raise _refuse(f"{URL_VAR} must not carry credentials in the URL; use {API_KEY_VAR}")
+    try:
+        _ = parts.port  # a bad port raises ValueError only when read
+    except ValueError as exc:
+        raise _refuse(f"{URL_VAR}={raw!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _refuse(f"{URL_VAR}={raw!r} must be an http(s) URL with a host, e.g. http://judge:8000/v1")
+    if parts.query or parts.fragment:
+        raise _refuse(f"{URL_VAR}={raw!r} must be a base URL without query or fragment")
+    if BRIDGE_ROUTE in parts.path:
+        raise _refuse(
+            f"{URL_VAR}={raw!r} is a trial's model-call route on the relax-gym gateway: the judge's "
+            "calls would be recorded as the policy's own turns. Name the judge's own endpoint"
+        )
+    return url.rstrip("/")
+
+
+def judge_settings(environ: Mapping[str, str] = os.environ) -> JudgeSettings | None:
+    """The judge the operator configured, None when it is off; ConfigError for a refused configuration."""
+    raw_url = environ.get(URL_VAR, "")
+    model = environ.get(MODEL_VAR, "").strip()
+    if not raw_url.strip():  # unset, or set to nothing (`RELAX_GYM_MATH_JUDGE_URL= relax-gym up ...`)
+        if model:
+            raise _refuse(f"{MODEL_VAR} is set but {URL_VAR} is not: name the judge's endpoint too")
+        return None
+    url = _checked_url(raw_url)
+    if not model:
+        raise _refuse(f"{URL_VAR} is set but {MODEL_VAR} is not: name the judge's model")
+    return JudgeSettings(base_url=url, model=model)
+
+
+def resources_config(judge: JudgeSettings | None) -> dict[str, Any]:
+    """The math_with_judge resources server's config (upstream's math_with_judge.yaml fields)."""
+    config: dict[str, Any] = {
+        "domain": "math",
+        "should_use_judge": judge is not None,
+        # Upstream's YAML value; with the judge off it is a required field that is never called.
+        "judge_model_server": {
+            "type": "responses_api_models",
+            "name": JUDGE_SERVER if judge is not None else POLICY_MODEL,
+        },
+        "judge_responses_create_params": {"input": []},
+    }
+    refuse_judge_through_bridge(config)
+    return config
+
+
+def refuse_judge_through_bridge(config: Mapping[str, Any]) -> None:
+    """A resources config whose enabled judge would call the gateway (policy_model) is refused."""
+    server = config.get("judge_model_server")
+    name = server.get("name") if isinstance(server, Mapping) else None
+    if config.get("should_use_judge") and name == POLICY_MODEL:
+        raise _refuse(
+            f"the judge is on and its model server is {POLICY_MODEL!r}, which is the relax-gym gateway: "
+            f"the judge's calls would go through a trial's bridge. Set {URL_VAR} and {MODEL_VAR}"
+        )
