@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -24,6 +25,18 @@ from relax_gym_core.environments.definitions import NemoGymServer
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import merged_config
 from relax_gym_core.gym.installed import PYTHON_VAR
+
+__all__ = [
+    "DEFAULT_PYTHON",
+    "PYTHON_VAR",
+    "STARTUP_TIMEOUT_VAR",
+    "GymServerProcess",
+    "free_ports",
+    "gym_python",
+    "run_gym_servers",
+    "startup_timeout",
+    "stop_process",
+]
 
 DEFAULT_PYTHON = Path(".gym/venv/bin/python")
 
@@ -47,6 +60,24 @@ def gym_python(environ: Mapping[str, str] = os.environ) -> str:
             f"set {PYTHON_VAR} to its python"
         )
     return str(found.absolute())
+
+
+STARTUP_TIMEOUT_VAR = "RELAX_GYM_SERVER_STARTUP_TIMEOUT_S"
+DEFAULT_STARTUP_TIMEOUT_S = 300.0  # NeMo Gym servers import a lot (sympy, pandas): minutes on a busy host
+
+
+def startup_timeout(environ: Mapping[str, str] = os.environ) -> float:
+    """How long NeMo Gym servers may take to answer GET / ($RELAX_GYM_SERVER_STARTUP_TIMEOUT_S)."""
+    raw = environ.get(STARTUP_TIMEOUT_VAR, "")
+    if not raw:
+        return DEFAULT_STARTUP_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{STARTUP_TIMEOUT_VAR} must be a positive number of seconds (got {raw!r})")
+    return value
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -91,7 +122,10 @@ def _wait_ready(servers: list[GymServerProcess], timeout_s: float) -> None:
                     pass
             if pending and time.monotonic() > stop:
                 names = ", ".join(sorted(pending))
-                raise ConfigError(f"NeMo Gym server(s) {names} not ready after {timeout_s:.0f} s")
+                raise ConfigError(
+                    f"NeMo Gym server(s) {names} not ready after {timeout_s:.0f} s "
+                    f"(a busy host may need more: set {STARTUP_TIMEOUT_VAR})"
+                )
             if pending:
                 time.sleep(0.1)
 
@@ -116,7 +150,7 @@ def run_gym_servers(
     host: str = "127.0.0.1",
     python: str | None = None,
     ports: Mapping[str, int] | None = None,
-    startup_timeout_s: float = 180.0,
+    startup_timeout_s: float | None = None,
 ) -> Iterator[dict[str, GymServerProcess]]:
     """Start the servers (their model server is the gateway at gateway_host:gateway_port) until exit."""
     servers = list(servers)
@@ -158,7 +192,7 @@ def run_gym_servers(
                 started.append(
                     GymServerProcess(server.name, f"http://{host}:{chosen[server.name]}", process, log)
                 )
-            _wait_ready(started, startup_timeout_s)
+            _wait_ready(started, startup_timeout_s or startup_timeout())
             yield {running.name: running for running in started}
         finally:
             for running in started:

@@ -18,6 +18,7 @@ from attrs import frozen
 
 from relax_gym_core.gateway.server import LISTENING_LINE
 from relax_gym_core.gym.processes import stop_process
+from relax_gym_core.trials import MEMORY
 
 _PREFIX = LISTENING_LINE.split("{url}")[0]
 LOOPBACK_NETWORKS = "127.0.0.1/32,::1/128"  # tests only ever call back to this machine
@@ -42,12 +43,21 @@ def start_gateway(
     host: str = "127.0.0.1",
     startup_timeout_s: float = 60.0,
     extra_args: tuple[str, ...] = (),
+    state_dir: str | os.PathLike[str] = MEMORY,
+    port: int = 0,
 ) -> Iterator[GatewayProcess]:
-    """Run `relax-gym serve --port 0` with these specs until the block exits (then SIGTERM, KILL)."""
+    """Run `relax-gym serve --port 0` with these specs until the block exits (then SIGTERM, KILL).
+
+    Trials stay in memory unless `state_dir` names a directory (tests of durability): no test shares a
+    ledger, or the user's own, by accident.
+    """
     with tempfile.TemporaryDirectory(prefix="relax-gym-gw-") as tmp:
         spec_file = Path(tmp) / "environments.json"
         spec_file.write_text(json.dumps(environments))
-        args = ("serve", "--host", host, "--port", "0", "--environments", str(spec_file), *extra_args)
+        args = (
+            *("serve", "--host", host, "--port", str(port), "--environments", str(spec_file)),
+            *("--state-dir", os.fspath(state_dir), *extra_args),
+        )
         with _run_cli(args, env=env, startup_timeout_s=startup_timeout_s) as gateway:
             yield gateway
 
@@ -57,11 +67,12 @@ def start_up(
     environments: Sequence[str],
     *,
     env: Mapping[str, str] | None = None,
-    startup_timeout_s: float = 300.0,
+    startup_timeout_s: float = 900.0,  # $RELAX_GYM_SERVER_STARTUP_TIMEOUT_S bounds the servers first
     extra_args: tuple[str, ...] = (),
+    state_dir: str | os.PathLike[str] = MEMORY,
 ) -> Iterator[GatewayProcess]:
     """Run `relax-gym up ENV... --port 0` (real NeMo Gym servers + gateway) until the block exits."""
-    args = ("up", *environments, "--port", "0", *extra_args)
+    args = ("up", *environments, "--port", "0", "--state-dir", os.fspath(state_dir), *extra_args)
     with _run_cli(args, env=env, startup_timeout_s=startup_timeout_s) as gateway:
         yield gateway
 
