@@ -190,8 +190,7 @@ def test_result_counts_output_items_and_copies_metrics() -> None:
         "tool_calls": 2,
         "tool_outputs": 1,
         "assistant_messages": 1,
-        "resolved": True,
-    }
+    }  # environment-specific verdicts ("resolved" here) are their plugins' to map
     assert result.artifact_ref == "runs/abc"
 
 

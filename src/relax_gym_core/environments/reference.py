@@ -16,15 +16,6 @@ from relax_gym_core.runtimes.base import RunResult
 _NOT_A_ROW = "NeMo Gym row must contain responses_create_params (a plugin converts rows of other shapes)"
 _NOT_PRESERVED = frozenset({"input", "tools", "parallel_tool_calls", "instructions"})
 _FANNED_INTO_PARAMS = frozenset({"tools", "parallel_tool_calls", "developer_message"})
-_COPIED_METRICS = (
-    "resolved",
-    "patch_exists",
-    "agent_error_kind",
-    "agent_timed_out",
-    "eval_timed_out",
-    "oom_killed",
-    "eval_oom_killed",
-)
 
 
 @hookimpl(trylast=True)
@@ -110,9 +101,6 @@ def map_result(environment: str, body: dict[str, Any]) -> RunResult:
     response = body.get("response")
     if isinstance(response, dict) and isinstance(response.get("output"), list):
         metrics.update(output_counts(response["output"]))
-    for key in _COPIED_METRICS:
-        if key in body:
-            metrics[key] = body[key]
     artifact = body.get("artifact_ref")
     return RunResult(
         status=TrialStatus.TRUNCATED if body.get("truncated") else TrialStatus.COMPLETED,
