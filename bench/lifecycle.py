@@ -1,4 +1,5 @@
-"""Trial lifecycle benchmark: throughput, memory per idle trial, abort latency, janitor cost vs history.
+"""Trial lifecycle benchmark: throughput, memory per idle trial, abort latency, janitor cost vs history, and
+the durable ledger side by side with memory (throughput share, memory per finished trial).
 
 Run: .venv/bin/python bench/lifecycle.py  (or `make bench`). Prints one table, each figure next to its
 target, and exits 0 whatever the figures are: a slow machine shows MISS, it does not fail.
@@ -10,12 +11,15 @@ import asyncio
 import gc
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
+from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -24,13 +28,13 @@ import attrs
 from relax_gym_core.protocol import CreateTrialRequest, TrialStatus, parse_create_request
 from relax_gym_core.runtimes import CLEANUP_CONFIRMED, EchoRuntime, RunResult
 from relax_gym_core.testing.web import start_gateway
-from relax_gym_core.trials import Admission, MemoryStore, TrialBook, TrialService
+from relax_gym_core.trials import Admission, LedgerStore, MemoryStore, TrialBook, TrialService, TrialStore
 
 KEY = ("echo", "echo")
 LIFECYCLES = 20_000  # in-process throughput run
 IDLE_TRIALS = 10_000  # memory runs
 ABORTED = 2_000  # abort runs
-RETAINED = 100_000  # janitor/GET growth run
+RETAINED = 100_000  # janitor/GET growth run; ledger memory run
 HTTP_LOOPS = 32
 HTTP_SECONDS = 6.0
 TERMINAL = frozenset({"completed", "truncated", "aborted", "failed"})
@@ -73,10 +77,10 @@ def requests(prefix: str, count: int, *, sleep_s: float = 0.0) -> list[CreateTri
     return [attrs.evolve(template, request_id=f"{prefix}-{i}") for i in range(count)]
 
 
-def make_service(max_concurrency: int, queue_capacity: int) -> TrialService:
+def make_service(max_concurrency: int, queue_capacity: int, store: TrialStore | None = None) -> TrialService:
     book = TrialBook(
         clock=time.monotonic,
-        store=MemoryStore(),
+        store=store if store is not None else MemoryStore(),
         environments={KEY: Admission(max_concurrency=max_concurrency, queue_capacity=queue_capacity)},
     )
     return TrialService(book, {KEY: EchoRuntime()})
@@ -132,8 +136,11 @@ def cpu_seconds(pid: int) -> float:
 # ---- 1. in-process lifecycles ---------------------------------------------------------------------------
 
 
-async def inprocess_lifecycles(count: int, limit: int = 512) -> list[Row]:
-    service = make_service(max_concurrency=limit // 2, queue_capacity=limit // 2)
+async def inprocess_run(
+    count: int, store: TrialStore | None = None, limit: int = 512
+) -> tuple[float, float, int]:
+    """(wall s, CPU s, confirmed) for `count` lifecycles; with a ledger, until the last one is written."""
+    service = make_service(max_concurrency=limit // 2, queue_capacity=limit // 2, store=store)
     await service.start()
     batch = requests("inproc", count)
     wall, cpu = time.perf_counter(), time.process_time()
@@ -146,9 +153,16 @@ async def inprocess_lifecycles(count: int, limit: int = 512) -> list[Row]:
         created += room
         await asyncio.sleep(0)
     await until(lambda: settled(service))
+    for request in batch:
+        await service.written(request.request_id)  # durable, as a poll would wait for it
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     done = confirmed(service, batch, TrialStatus.COMPLETED)
     await service.close()
+    return wall, cpu, done
+
+
+async def inprocess_lifecycles(count: int) -> list[Row]:
+    wall, cpu, done = await inprocess_run(count)
     return [
         Row(
             f"in-process lifecycles/s ({done:,} confirmed)",
@@ -474,6 +488,128 @@ async def over_http() -> list[Row]:
                 await connection.close()
 
 
+# ---- 6. the durable ledger (SQLite, on disk) side by side with memory ----------------------------------
+
+
+def share_row(figure: str, disk: float, memory: float) -> Row:
+    share = disk / memory
+    return Row(figure, f"{share:.0%} ({disk:,.0f} / {memory:,.0f})", ">= 50% of in-memory", share >= 0.5)
+
+
+async def inprocess_ledger(count: int) -> list[Row]:
+    """The in-process run on a MemoryStore and on the ledger, alternated twice (best of each), so
+    background load hits both alike. The ledger run ends once its last transition is written."""
+    rates: dict[str, list[float]] = {"memory": [], "ledger": []}
+    directory = Path(tempfile.mkdtemp(prefix="relax-gym-bench-"))
+    try:
+        for attempt in range(2):
+            for kind, rate in rates.items():
+                store = (
+                    LedgerStore(directory / f"{attempt}.sqlite3", clock=time.monotonic)
+                    if kind == "ledger"
+                    else None
+                )
+                wall, _, _ = await inprocess_run(count, store)
+                rate.append(count / wall)
+    finally:
+        shutil.rmtree(directory)
+    return [
+        share_row(
+            "in-process lifecycles/s, ledger on disk vs in memory", max(rates["ledger"]), max(rates["memory"])
+        )
+    ]
+
+
+async def http_ledger() -> list[Row]:
+    """HTTP lifecycles/s of a real gateway with `--state-dir DIR` and with `--state-dir :memory:`,
+    alternated twice (best of each), so background load hits both alike."""
+    specs = {"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 64, "queue_capacity": 64}}
+    rates: dict[str, list[float]] = {"memory": [], "ledger": []}
+    for attempt in range(2):
+        for kind, rate in rates.items():
+            with tempfile.TemporaryDirectory(prefix="relax-gym-bench-") as tmp:
+                state_dir: str | Path = Path(tmp) / "state" if kind == "ledger" else ":memory:"
+                with start_gateway(specs, state_dir=state_dir) as gateway:
+                    connections = [await Connection.open(gateway.url) for _ in range(HTTP_LOOPS)]
+                    try:
+                        await lifecycle_loops(connections, f"warm-{kind}-{attempt}", 1.0)
+                        started = time.perf_counter()
+                        lifecycles, _ = await lifecycle_loops(connections, f"{kind}-{attempt}", HTTP_SECONDS)
+                        rate.append(lifecycles / (time.perf_counter() - started))
+                    finally:
+                        for connection in connections:
+                            await connection.close()
+    return [
+        share_row(
+            f"HTTP lifecycles/s, ledger on disk vs in memory ({HTTP_LOOPS} loops)",
+            max(rates["ledger"]),
+            max(rates["memory"]),
+        )
+    ]
+
+
+def ledger_memory(count: int = RETAINED, warm: int = 5_000, traced: int = 10_000) -> tuple[float, float]:
+    """Bytes per finished trial on the ledger: RSS growth over `count` trials after `warm`, and
+    tracemalloc over the last `traced` of them (a fresh interpreter; the file in a temp directory)."""
+    with tempfile.TemporaryDirectory(prefix="relax-gym-bench-") as tmp:
+        store = LedgerStore(Path(tmp) / "ledger.sqlite3", clock=time.monotonic)
+        service = make_service(max_concurrency=count, queue_capacity=0, store=store)
+        batch = requests("flat", warm + count)
+
+        def run(part: list[CreateTrialRequest]) -> None:
+            for index, request in enumerate(part, 1):
+                finish(service.book, request)
+                if index % 1_000 == 0:
+                    store.flush_sync()
+            store.flush_sync()
+
+        run(batch[:warm])
+        gc.collect()
+        before = rss_bytes()
+        run(batch[warm : warm + count - traced])
+        tracemalloc.start()
+        start = tracemalloc.get_traced_memory()[0]
+        run(batch[warm + count - traced :])
+        gc.collect()
+        per_traced = (tracemalloc.get_traced_memory()[0] - start) / traced
+        tracemalloc.stop()
+        per_rss = (rss_bytes() - before) / count
+        asyncio.run(store.close())
+    return per_traced, per_rss
+
+
+def ledger_get_us() -> float:
+    """CPU per service.get of a settled trial answered from the ledger file (best of rounds)."""
+    with tempfile.TemporaryDirectory(prefix="relax-gym-bench-") as tmp:
+        store = LedgerStore(Path(tmp) / "ledger.sqlite3", clock=time.monotonic)
+        service = make_service(max_concurrency=1_000, queue_capacity=0, store=store)
+        for request in requests("old", 1_000):
+            finish(service.book, request)
+        store.flush_sync()
+        (cost,) = per_call_us([lambda: service.get("old-0")], number=2_000, rounds=5)
+        asyncio.run(store.close())
+    return cost
+
+
+def ledger_rows() -> list[Row]:
+    rows = asyncio.run(inprocess_ledger(LIFECYCLES))
+    rows += asyncio.run(http_ledger())
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
+        traced, rss = pool.submit(ledger_memory).result()
+    rows.append(
+        Row(
+            f"memory per finished trial on the ledger, traced / RSS ({RETAINED:,})",
+            f"{traced:,.0f} / {rss:,.0f} B",
+            "flat (<= 64 B)",
+            traced <= 64,
+        )
+    )
+    rows.append(
+        Row("service.get of a finished trial, from the ledger file", f"{ledger_get_us():.1f} us", "", None)
+    )
+    return rows
+
+
 # ---- table ----------------------------------------------------------------------------------------------
 
 
@@ -496,6 +632,7 @@ def main() -> int:
     rows += memory_rows()
     rows += history_rows()
     rows += asyncio.run(over_http())
+    rows += ledger_rows()
     print_table(rows)
     print(
         f"({time.perf_counter() - started:.0f} s on {os.cpu_count()} CPUs; load average {load:.1f} at start, "

@@ -1,9 +1,11 @@
-"""Shared fixtures: a controllable clock and a factory for valid create bodies."""
+"""Shared fixtures: a controllable clock, a factory for valid create bodies, trials kept in memory."""
 
 from __future__ import annotations
 
 import copy
 import itertools
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -68,3 +70,16 @@ def anyio_backend() -> str:
 @pytest.fixture
 def make_body() -> Any:
     return create_body
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _trials_in_memory_unless_asked() -> Iterator[None]:
+    """Gateways this run starts without --state-dir keep trials in memory: no test writes to the user's
+    data directory, and no two share a ledger. Tests of durability pass a directory of their own."""
+    before = os.environ.get("RELAX_GYM_STATE_DIR")
+    os.environ["RELAX_GYM_STATE_DIR"] = ":memory:"
+    yield
+    if before is None:
+        del os.environ["RELAX_GYM_STATE_DIR"]
+    else:
+        os.environ["RELAX_GYM_STATE_DIR"] = before

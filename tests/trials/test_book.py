@@ -197,7 +197,7 @@ def test_completed_trial_keeps_slot_until_cleanup_is_settled() -> None:
     assert snap.cleanup is CleanupState.PENDING
     assert unstructure(snap)["cleanup"] == "pending"
     assert trial_a.request is None  # token dropped once terminal
-    assert not book.has_capability(trial_a.rollout_id)
+    assert not book.has_capability(trial_a.capability)
     assert book.active == 1  # only b
     assert book.env_counts(ENV) == (1, 0, 1)
     assert started_ids(book) == []  # a's slot is still held
@@ -247,9 +247,9 @@ def test_begin_cancel_of_queued_trial_finishes_at_once_with_cleanup_confirmed() 
     assert trial_b.error == {"code": "aborted"}
     assert trial_b.reward is None
     assert trial_b.request is None
-    assert not book.has_capability(trial_b.rollout_id)
+    assert not book.has_capability(trial_b.capability)
     with pytest.raises(CapabilityUnavailableError):
-        book.capability(trial_b.rollout_id)
+        book.capability(trial_b.capability)
     assert book.env_counts(ENV) == (1, 1, 1)
     assert book.active == 2
     assert not book.finish_cleanup("b", CLEANUP_UNVERIFIED)  # nothing left to settle
@@ -261,13 +261,13 @@ def test_begin_cancel_of_queued_trial_finishes_at_once_with_cleanup_confirmed() 
 def test_capability_follows_active_phase() -> None:
     book, _ = make_book()
     trial, _ = book.create(make_request("a"))
-    assert book.capability(trial.rollout_id) is trial
+    assert book.capability(trial.capability) is trial
     started_ids(book)
-    assert book.capability(trial.rollout_id) is trial
+    assert book.capability(trial.capability) is trial
     book.begin_cancel("a", Cause.AGENT_ERROR)
-    assert not book.has_capability(trial.rollout_id)
+    assert not book.has_capability(trial.capability)
     with pytest.raises(CapabilityUnavailableError):
-        book.capability(trial.rollout_id)
+        book.capability(trial.capability)
     with pytest.raises(CapabilityUnavailableError):
         book.capability("no-such-rollout")
 
@@ -672,5 +672,5 @@ def test_an_overdue_renew_cancels_instead_of_reviving(
     assert outcome is (Cancel.NEEDS_CLEANUP if start else Cancel.FINISHED)
     assert trial.cause is cause
     assert trial.lease_expires_at == lease
-    assert not book.has_capability(trial.rollout_id)
+    assert not book.has_capability(trial.capability)
     assert book.renew("r") is None  # no longer active: a no-op

@@ -516,8 +516,8 @@ class TrialBookMachine(RuleBasedStateMachine):
         non_terminal = 0
         for request_id in self.requests:
             trial = self.trial(request_id)
-            self.rollouts.setdefault(request_id, trial.rollout_id)
-            assert trial.rollout_id == self.rollouts[request_id]
+            self.rollouts.setdefault(request_id, trial.capability)
+            assert trial.capability == self.rollouts[request_id]
             assert isinstance(trial.status, TrialStatus)
 
             # phase and status agree
@@ -549,12 +549,12 @@ class TrialBookMachine(RuleBasedStateMachine):
                     assert trial.error["code"] in (trial.cause.value, "cleanup_unverified", "cleanup_failed")
 
             # the capability lives exactly as long as the trial is active
-            assert self.book.has_capability(trial.rollout_id) == (trial.phase is Phase.ACTIVE)
+            assert self.book.has_capability(trial.capability) == (trial.phase is Phase.ACTIVE)
             if trial.phase is Phase.ACTIVE:
-                assert self.book.capability(trial.rollout_id) is trial
+                assert self.book.capability(trial.capability) is trial
             else:
                 with pytest.raises(CapabilityUnavailableError):
-                    self.book.capability(trial.rollout_id)
+                    self.book.capability(trial.capability)
 
             # the token goes with the terminal transition
             assert (trial.request is None) == (trial.phase is Phase.TERMINAL)

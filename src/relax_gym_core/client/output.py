@@ -18,6 +18,7 @@ from relax_gym_core.errors import ProtocolError
 from relax_gym_core.protocol import TrialSnapshot, TrialStatus, jsonutil
 
 EXPORTABLE: Final = frozenset({TrialStatus.COMPLETED, TrialStatus.TRUNCATED})
+SERVICE_RESTART: Final = "service_restart"  # the gateway restarted while the trial ran: its run is gone
 # Error codes are identifiers; anything else (free text from an adapter) stays out of messages.
 _CODE_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 
@@ -33,6 +34,11 @@ def check_terminal(snapshot: TrialSnapshot) -> TrialSnapshot:
         return snapshot
     code = _safe_code(snapshot.error)
     if snapshot.status is TrialStatus.ABORTED:
+        if code == SERVICE_RESTART:
+            raise RemoteTrialError(
+                "Remote trial was lost to a gateway restart (error code 'service_restart'): never scored",
+                snapshot=snapshot,
+            )
         suffix = f" (error code '{code}')" if code else ""
         raise RemoteTrialError(f"Remote trial was aborted{suffix}", snapshot=snapshot)
     if snapshot.status is TrialStatus.FAILED:

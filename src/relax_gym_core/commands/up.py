@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from relax_gym_core.bridge import CallbackPolicy
-from relax_gym_core.commands.serve import listen, serve_gateway
+from relax_gym_core.commands.serve import close_state, listen, open_state, serve_gateway
 from relax_gym_core.environments import EnvironmentDefinition, Hooks, make_plugin_manager
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gateway import EnvironmentSpec
@@ -66,6 +66,7 @@ def up(
     callback_networks: Sequence[str] = (),
     max_concurrency: int | None = None,
     log_level: str = "warning",
+    state_dir: str | None = None,
 ) -> None:
     if ":" in host:
         raise ConfigError("relax-gym up binds an IPv4 address (NeMo Gym builds http://HOST:PORT URLs)")
@@ -73,11 +74,17 @@ def up(
     definitions = [hooks.environments.get(name) for name in environments]
     policy = CallbackPolicy.from_env(hosts=callback_hosts, networks=callback_networks)
     sock = listen(host, port)
+    state = open_state(state_dir)  # a state directory in use stops us before any server starts
     gateway_host = "127.0.0.1" if host == "0.0.0.0" else host  # noqa: S104 - comparing, not binding
     servers = servers_of(definitions)
     _status(f"starting NeMo Gym servers: {', '.join(s.name for s in servers)}")
-    with run_gym_servers(servers, gateway_host=gateway_host, gateway_port=sock.getsockname()[1]) as running:
-        for server in running.values():
-            _status(f"NeMo Gym server {server.name} at {server.url} (pid {server.process.pid})")
-        specs = environment_specs(definitions, hooks, running, max_concurrency=max_concurrency)
-        serve_gateway(sock, specs, hooks, policy, log_level=log_level)
+    try:
+        with run_gym_servers(
+            servers, gateway_host=gateway_host, gateway_port=sock.getsockname()[1]
+        ) as running:
+            for server in running.values():
+                _status(f"NeMo Gym server {server.name} at {server.url} (pid {server.process.pid})")
+            specs = environment_specs(definitions, hooks, running, max_concurrency=max_concurrency)
+            serve_gateway(sock, specs, hooks, policy, state=state, log_level=log_level)
+    finally:
+        close_state(state[1])

@@ -35,12 +35,16 @@ logger = logging.getLogger("relax_gym.nemo_gym")
 
 
 class NemoGymRun:
-    def __init__(self, runtime: NemoGymRuntime, call: asyncio.Task[Any], rollout_id: str) -> None:
+    """One /run call, or (call None) a run of an earlier gateway process, known by its rollout id only."""
+
+    def __init__(self, runtime: NemoGymRuntime, call: asyncio.Future[Any] | None, rollout_id: str) -> None:
         self._runtime = runtime
         self._call = call
         self._rollout_id = rollout_id
 
     async def wait(self) -> RunResult:
+        if self._call is None:
+            raise AgentRunError("a run of an earlier gateway process cannot be waited for")
         body = await self._call
         return self._runtime.hooks.map_result(self._runtime.environment, body)
 
@@ -54,8 +58,9 @@ class NemoGymRun:
             return None if response.status < 400 else CLEANUP_FAILED
 
     async def abort(self) -> CleanupResult:
-        self._call.cancel()  # closes the connection; the agent's next model call then gets 410
-        await asyncio.gather(self._call, return_exceptions=True)
+        if self._call is not None:
+            self._call.cancel()  # closes the connection; the agent's next model call then gets 410
+            await asyncio.gather(self._call, return_exceptions=True)
         if self._runtime.cleanup.stateless:
             return CLEANUP_CONFIRMED
         failed = await self._post(self._runtime.cleanup.abort_url)
@@ -123,6 +128,9 @@ class NemoGymRuntime:
         body = self.run_body(context)
         call = asyncio.ensure_future(self._post_run(body))
         return NemoGymRun(self, call, context.rollout_id)
+
+    def handle_for(self, rollout_id: str) -> RunHandle:
+        return NemoGymRun(self, None, rollout_id)  # the cleanup contract's URLs, with this rollout id
 
     async def _post_run(self, body: dict[str, Any]) -> dict[str, Any]:
         async with self.session.post(self._run_url, json=body) as response:

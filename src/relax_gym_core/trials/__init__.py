@@ -2,24 +2,35 @@
 
 book.py holds the transitions; its collaborators hold the rest: admission (per-environment queues, slots,
 400/429 checks), timers (deadline/lease heap), capabilities (rollout id index), idempotency (replay
-fingerprints), retention (eviction of settled records) and events (observer transitions).
+fingerprints) and events (observer transitions). Stores: MemoryStore, and the durable LedgerStore
+(ledger.py: rows in ledger_rows.py, known ids in idfilter.py) in a state directory (statedir.py);
+recovery.py proves the cleanup of trials a restart ended.
 """
 
 from relax_gym_core.trials.book import Cancel, TrialBook
+from relax_gym_core.trials.ledger import LedgerStore
 from relax_gym_core.trials.records import Admission, Cause, EnvKey, Phase, Trial
+from relax_gym_core.trials.recovery import RecoveryPolicy
 from relax_gym_core.trials.service import CallbackTarget, TrialService
+from relax_gym_core.trials.statedir import MEMORY, STATE_DIR_VAR, open_store, resolve_state_dir
 from relax_gym_core.trials.store import MemoryStore, TrialStore
 
 __all__ = [
+    "MEMORY",
+    "STATE_DIR_VAR",
     "Admission",
     "CallbackTarget",
     "Cancel",
     "Cause",
     "EnvKey",
+    "LedgerStore",
     "MemoryStore",
     "Phase",
+    "RecoveryPolicy",
     "Trial",
     "TrialBook",
     "TrialService",
     "TrialStore",
+    "open_store",
+    "resolve_state_dir",
 ]

@@ -64,6 +64,9 @@ class EnvLine:
     def free_slot(self) -> None:
         self.slots_held -= 1
 
+    def hold_slot(self) -> None:
+        self.slots_held += 1  # a recovered trial: its environment may still hold the run's resources
+
 
 class Admissions(dict[EnvKey, EnvLine]):
     """The line of every registered (environment, config), by key (a dict: lookups are on the hot path)."""

@@ -14,14 +14,20 @@ The transitions, as phase / status (a call in any other state changes nothing):
     finish_cleanup  CANCELLING           -> TERMINAL / cause.target     (failed unless confirmed); settled
     finish_cleanup  TERMINAL, pending    -> TERMINAL, settled           status and result kept
     close           every ACTIVE         -> begin_cancel(service_shutdown); new creates refused
+    recover         (unsettled in store) -> TERMINAL / aborted, cause service_restart, once at start:
+                    queued ones settled at once, the others' cleanup pending (run by rollout id)
 
 Leaving ACTIVE revokes the capability; reaching TERMINAL drops the request (token and task); settling
 frees the slot and starts the retention clock. renew, expire_due and cancel_if_overdue only ever reach
 TERMINAL through begin_cancel.
 
+Every transition tells the store (store.changed) and then the observers; a durable store writes the
+record before the service acknowledges the transition (see trials/store.py). Retention (eviction of
+settled records) belongs to the store, which knows where its records live.
+
 What is not the state machine lives in collaborators: admission (queues, slots, the 400 and 429
-checks), timers (deadline/lease heap), capabilities (rollout id index), idempotency (replay
-fingerprints), retention (eviction of settled records) and events (observers).
+checks), timers (deadline/lease heap), capabilities (capability index), idempotency (replay
+fingerprints) and events (observers).
 """
 
 from __future__ import annotations
@@ -48,11 +54,10 @@ from relax_gym_core.protocol import (
 )
 from relax_gym_core.runtimes.base import CleanupResult, RunResult
 from relax_gym_core.trials.admission import Admissions
-from relax_gym_core.trials.capabilities import CapabilityIndex
+from relax_gym_core.trials.capabilities import CapabilityIndex, random_rollout_id
 from relax_gym_core.trials.events import Clock, transition_emitter
 from relax_gym_core.trials.idempotency import ReplayGuard
 from relax_gym_core.trials.records import Admission, Cause, EnvKey, Phase, Trial
-from relax_gym_core.trials.retention import Retention
 from relax_gym_core.trials.store import TrialStore
 from relax_gym_core.trials.timers import Timers, overdue_cause
 
@@ -76,6 +81,7 @@ class TrialBook:
         max_retained: int = 100_000,
         fingerprint_key: bytes | None = None,
         new_rollout_id: Callable[[], str] | None = None,
+        new_capability: Callable[[], str] | None = None,
         retry_after_s: float = 1.0,
         observers: Observers | None = None,
     ) -> None:
@@ -83,12 +89,16 @@ class TrialBook:
         self._store = store
         self._admissions = Admissions(environments, retry_after_s=retry_after_s)
         self._timers = Timers()
-        self._capabilities = CapabilityIndex(new_rollout_id)
-        self._replays = ReplayGuard(fingerprint_key)
-        self._retention = Retention(retention_s=retention_s, max_retained=max_retained)
+        self._new_rollout_id = new_rollout_id or random_rollout_id
+        self._capabilities = CapabilityIndex(new_capability)
+        # Recorded fingerprints are compared after a restart only if the key outlives the process.
+        self._replays = ReplayGuard(fingerprint_key or store.fingerprint_key)
+        self._retention_s = retention_s
+        self._max_retained = max_retained
         self._emit = transition_emitter(clock, observers)
         self._closing = False
         self.created_total = 0
+        self.evicted_total = 0
         self.active = 0
 
     # ---- queries ------------------------------------------------------------------------------------
@@ -105,8 +115,8 @@ class TrialBook:
         return self._closing
 
     @property
-    def evicted_total(self) -> int:
-        return self._retention.evicted_total
+    def store(self) -> TrialStore:
+        return self._store
 
     def get(self, request_id: str) -> Trial:
         trial = self._store.get(request_id)
@@ -127,7 +137,7 @@ class TrialBook:
         return line.queued, line.running, line.slots_held
 
     def active_trials(self) -> list[Trial]:
-        return [trial for trial in self._store if trial.phase is Phase.ACTIVE]
+        return [trial for trial in self._store.live() if trial.phase is Phase.ACTIVE]
 
     @staticmethod
     def snapshot(trial: Trial) -> TrialSnapshot:
@@ -142,16 +152,16 @@ class TrialBook:
             cleanup=trial.cleanup,
         )
 
-    def capability(self, rollout_id: str) -> Trial:
-        """The active trial behind a rollout capability, or CapabilityUnavailableError."""
-        request_id = self._capabilities.lookup(rollout_id)
+    def capability(self, capability: str) -> Trial:
+        """The active trial behind a model-call capability, or CapabilityUnavailableError."""
+        request_id = self._capabilities.lookup(capability)
         trial = self._store.get(request_id) if request_id is not None else None
         if trial is None or trial.phase is not Phase.ACTIVE:
             raise CapabilityUnavailableError("callback capability is unavailable")
         return trial
 
-    def has_capability(self, rollout_id: str) -> bool:
-        return rollout_id in self._capabilities
+    def has_capability(self, capability: str) -> bool:
+        return capability in self._capabilities
 
     # ---- create -------------------------------------------------------------------------------------
 
@@ -175,10 +185,12 @@ class TrialBook:
             raise ServiceClosingError("gateway is shutting down")
         self._admissions.check_room(line)
         now = self._clock()
+        capability = self._capabilities.mint()
         trial = Trial(
             request_id=request.request_id,
             env=line.key,
-            rollout_id=self._capabilities.mint(),
+            rollout_id=self._new_rollout_id(),
+            capability=capability,
             fingerprint=fingerprint,
             request=request,
             created_at=now,
@@ -186,13 +198,13 @@ class TrialBook:
             lease_expires_at=now + request.lease_s,
         )
         self._store.add(trial)
-        self._capabilities.grant(trial.rollout_id, trial.request_id)
+        self._capabilities.grant(capability, trial.request_id)
         line.enqueue(trial.request_id, trial.rollout_id)
         self._timers.arm(trial.deadline_at, trial.request_id)
         self._timers.arm(trial.lease_expires_at, trial.request_id)
         self.created_total += 1
         self.active += 1
-        self._emit(TrialEvent.QUEUED, trial)
+        self._transition(TrialEvent.QUEUED, trial)
         return trial, True
 
     # ---- start --------------------------------------------------------------------------------------
@@ -211,7 +223,7 @@ class TrialBook:
                 trial.holds_slot = True
                 line.take_slot()
                 started.append(trial)
-                self._emit(TrialEvent.RUNNING, trial)
+                self._transition(TrialEvent.RUNNING, trial)
         return started
 
     def drop_task(self, request_id: str) -> None:
@@ -242,7 +254,8 @@ class TrialBook:
             return Cancel.IGNORED
         trial.cause = cause
         trial.detail = detail
-        self._capabilities.revoke(trial.rollout_id)
+        self._capabilities.revoke(trial.capability)
+        self._timers.disarm(request_id)
         line = self._admissions[trial.env]
         if trial.status is TrialStatus.QUEUED:
             line.leave_queue()
@@ -253,7 +266,7 @@ class TrialBook:
             return Cancel.FINISHED
         trial.phase = Phase.CANCELLING
         line.stop_running()
-        self._emit(TrialEvent.CANCELLING, trial)
+        self._transition(TrialEvent.CANCELLING, trial)
         return Cancel.NEEDS_CLEANUP
 
     def finish_cleanup(self, request_id: str, outcome: CleanupResult) -> bool:
@@ -291,23 +304,62 @@ class TrialBook:
             for trial in self.active_trials()
         ]
 
+    def recover(self) -> list[Trial]:
+        """At start, before any create: end what a previous process left unfinished in the store.
+
+        Its runs are gone with it (and their requests, token included, were never recorded), so every
+        trial not yet terminal ends aborted with cause service_restart: one still queued never started
+        and is settled at once; one running or cancelling had a run, so it keeps its slot and its
+        cleanup stays pending. Trials already terminal keep their result and await their cleanup too.
+        Returns the trials whose cleanup the caller must now run by rollout id, then finish_cleanup().
+        """
+        now = self._clock()
+        pending: list[Trial] = []
+        for trial in self._store.restored():
+            if trial.phase is not Phase.TERMINAL:
+                started = trial.phase is Phase.CANCELLING or trial.status is not TrialStatus.QUEUED
+                trial.cause = Cause.SERVICE_RESTART
+                trial.status = Cause.SERVICE_RESTART.target
+                trial.error = {"code": Cause.SERVICE_RESTART.value}
+                trial.reward = None
+                trial.phase = Phase.TERMINAL
+                trial.request = None
+                trial.finished_at = now
+                trial.holds_slot = False
+                self._transition(TrialEvent.TERMINAL, trial)
+                if not started:
+                    self._settle(trial, CleanupState.CONFIRMED)
+                    continue
+            line = self._admissions.get(trial.env)
+            trial.holds_slot = line is not None  # its environment may still hold the run's resources
+            if line is not None:
+                line.hold_slot()
+            self._store.changed(trial)
+            pending.append(trial)
+        return pending
+
+    def _transition(self, event: TrialEvent, trial: Trial) -> None:
+        self._store.changed(trial)  # first: observers may look at the store
+        self._emit(event, trial)
+
     def _to_terminal(self, trial: Trial) -> None:
         if trial.phase is Phase.ACTIVE and trial.holds_slot:
             self._admissions[trial.env].stop_running()
         trial.phase = Phase.TERMINAL
         trial.request = None  # the token and task go with it
         trial.finished_at = self._clock()
-        self._capabilities.revoke(trial.rollout_id)
+        self._capabilities.revoke(trial.capability)
+        self._timers.disarm(trial.request_id)
         self.active -= 1
-        self._emit(TrialEvent.TERMINAL, trial)
+        self._transition(TrialEvent.TERMINAL, trial)
 
     def _settle(self, trial: Trial, state: CleanupState) -> None:
         trial.cleanup = state
         if trial.holds_slot:
             trial.holds_slot = False
             self._admissions[trial.env].free_slot()
-        self._retention.settled(self._clock(), trial.request_id)
-        self._emit(TrialEvent.SETTLED, trial)
+        trial.settled_at = self._clock()
+        self._transition(TrialEvent.SETTLED, trial)
 
     # ---- time ---------------------------------------------------------------------------------------
 
@@ -360,4 +412,6 @@ class TrialBook:
     def evict_expired(self) -> int:
         """Forget settled terminal records older than the retention period, or beyond max_retained
         (oldest first), so memory stays flat however many trials have finished. Returns how many."""
-        return self._retention.evict(self._store, self._clock())
+        evicted = self._store.evict(self._clock() - self._retention_s, self._max_retained)
+        self.evicted_total += evicted
+        return evicted

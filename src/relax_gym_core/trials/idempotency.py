@@ -23,7 +23,8 @@ def fingerprint_body(request: CreateTrialRequest) -> dict[str, Any]:
 
 class ReplayGuard:
     def __init__(self, key: bytes | None = None) -> None:
-        # Process-random by default, so a stored digest says nothing about the body it came from.
+        # Keyed, so a stored digest says nothing about the body it came from. Process-random unless the
+        # store's records outlive the process (the ledger keeps its key in the state directory).
         self._fingerprint = Fingerprinter(key or secrets.token_bytes(32))
 
     def fingerprint(self, request: CreateTrialRequest) -> bytes:

@@ -29,6 +29,7 @@ class Cause(StrEnum):
     LEASE_EXPIRED = "lease_expired"
     AGENT_ERROR = "agent_error"
     SERVICE_SHUTDOWN = "service_shutdown"
+    SERVICE_RESTART = "service_restart"  # the gateway restarted while the trial was live: its run is lost
 
     @property
     def target(self) -> TrialStatus:
@@ -51,11 +52,17 @@ class Admission:
 
 @define(slots=True, kw_only=True, eq=False)
 class Trial:
-    """One trial. Mutated only by TrialBook; the request (and its token) is dropped once terminal."""
+    """One trial. Mutated only by TrialBook; the request (and its token) is dropped once terminal.
+
+    `rollout_id` names the run to its environment (its /run body, its cleanup URLs) and is recorded in the
+    ledger, so cleanup can run by it after a restart. `capability` is the bearer its model calls carry:
+    random, held in memory only, never written anywhere (None for a record read back from the ledger).
+    """
 
     request_id: str
     env: EnvKey
     rollout_id: str
+    capability: str | None = None
     fingerprint: bytes
     request: CreateTrialRequest | None
     created_at: float
@@ -72,6 +79,7 @@ class Trial:
     error: dict[str, Any] | None = None
     cleanup: CleanupState = CleanupState.PENDING
     finished_at: float | None = None
+    settled_at: float | None = None  # when its cleanup verdict came in: the retention clock starts here
     # For observers (relax_gym_core.observe): the last event seen and when, so each event can say how long
     # the trial spent in the phase it ends. Kept only while observers are installed.
     last_event: TrialEvent | None = None

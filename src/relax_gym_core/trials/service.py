@@ -16,7 +16,7 @@ import anyio
 from attrs import frozen
 
 from relax_gym_core.errors import CapabilityUnavailableError
-from relax_gym_core.protocol import CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
+from relax_gym_core.protocol import CleanupState, CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
 from relax_gym_core.runtimes.base import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
@@ -28,6 +28,7 @@ from relax_gym_core.runtimes.base import (
 )
 from relax_gym_core.trials.book import Cancel, TrialBook
 from relax_gym_core.trials.records import Cause, EnvKey, Phase, Trial
+from relax_gym_core.trials.recovery import RecoveryPolicy, prove_released
 
 logger = logging.getLogger("relax_gym.trials")
 
@@ -54,8 +55,11 @@ class TrialService:
         validate_endpoint: Callable[[ModelEndpoint], None] = lambda _endpoint: None,
         model_route: Callable[[str], ModelRoute] = lambda _rollout_id: ModelRoute(),
         error_hold_s: float = 30.0,
+        recovery: RecoveryPolicy | None = None,
     ) -> None:
         self.book = book
+        self._recovery = recovery or RecoveryPolicy()
+        self._recoveries: set[asyncio.Task[None]] = set()  # cleanups of trials a restart ended
         self._runtimes = runtimes
         self._grace = cleanup_grace_s
         self._scan_interval_s = scan_interval_s
@@ -74,22 +78,55 @@ class TrialService:
     # ---- lifecycle ----------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        await self.book.store.start()
+        self._recover()  # before any request: a poll after a restart sees the trial ended, never 404
         self._janitor = asyncio.create_task(self._janitor_loop(), name="relax-gym-janitor")
 
-    async def close(self) -> None:
-        """Graceful shutdown: cancel every trial (service_shutdown), await cleanups, stop runtimes."""
+    async def close(self, budget_s: float | None = None) -> None:
+        """Graceful shutdown: cancel every trial (service_shutdown), await cleanups, stop runtimes.
+
+        `budget_s` bounds the wait for runs and cleanup ladders (each ladder alone may take three cleanup
+        graces): whatever is still running then is cancelled, its cleanup left pending, so the process
+        exits inside its kill window. The log line says how many cleanups were proven.
+        """
+        for task in self._recoveries:
+            task.cancel()  # their cleanups stay pending in the ledger: the next start runs them again
+        await asyncio.gather(*self._recoveries, return_exceptions=True)
+        closed: list[Trial] = []
         for trial, outcome in self.book.close():
             self._after_cancel(trial, outcome)
-        pending = [*self._supervisors.values(), *self._cleanups]
+            if outcome is not Cancel.IGNORED:
+                closed.append(trial)
+        loop = asyncio.get_running_loop()
+        deadline = None if budget_s is None else loop.time() + budget_s
+        waited: set[asyncio.Task[None]] = set()
+        pending = {*self._supervisors.values(), *self._cleanups}
         while pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-            pending = [*self._supervisors.values(), *self._cleanups]
+            waited |= pending
+            timeout = None if deadline is None else deadline - loop.time()
+            if timeout is not None and timeout <= 0:
+                break
+            await asyncio.wait(pending, timeout=timeout)
+            pending = {t for t in (*self._supervisors.values(), *self._cleanups) if not t.done()}
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*waited, return_exceptions=True)
+        confirmed = sum(trial.cleanup is CleanupState.CONFIRMED for trial in closed)
+        log = logger.warning if closed else logger.info
+        log(
+            "shutdown: %d trial(s) aborted, %d cleanup(s) confirmed, %d left unconfirmed%s",
+            len(closed),
+            confirmed,
+            len(closed) - confirmed,
+            f" (shutdown budget spent: gave up after {budget_s:g} s)" if pending else "",
+        )
         if self._janitor is not None:
             self._janitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._janitor
         for runtime in {id(r): r for r in self._runtimes.values()}.values():
             await runtime.close()
+        await self.book.store.close()  # last: every transition above is written before the lock goes
 
     # ---- trial API ----------------------------------------------------------------------------------
 
@@ -103,6 +140,12 @@ class TrialService:
 
     def get(self, request_id: str) -> TrialSnapshot:
         return self.book.snapshot(self.book.get(request_id))
+
+    async def written(self, request_id: str) -> None:
+        """Wait until this trial's state so far is durable; answer anyone about it only then."""
+        pending = self.book.store.unwritten(request_id)
+        if pending is not None:
+            await pending
 
     def renew(self, request_id: str) -> None:
         outcome = self.book.renew(request_id)
@@ -122,6 +165,8 @@ class TrialService:
             reasons.append("janitor is not running")
         if self.janitor_error is not None:
             reasons.append(f"janitor: {self.janitor_error}")
+        if (problem := self.book.store.problem()) is not None:
+            reasons.append(problem)
         runtimes = {id(r): r for r in self._runtimes.values()}.values()
         results = await asyncio.gather(*(r.ready() for r in runtimes), return_exceptions=True)
         if any(result is not True for result in results):
@@ -163,6 +208,29 @@ class TrialService:
 
     # ---- internals ----------------------------------------------------------------------------------
 
+    def _recover(self) -> None:
+        for trial in self.book.recover():
+            task = asyncio.create_task(self._recover_one(trial))
+            self._recoveries.add(task)
+            task.add_done_callback(self._recoveries.discard)
+
+    async def _recover_one(self, trial: Trial) -> None:
+        """Prove the run of a trial a restart ended is released, by rollout id (recovery.py)."""
+        runtime = self._runtimes.get(trial.env)
+        handle: RunHandle | None = None
+        handle_for = getattr(runtime, "handle_for", None)  # a plugin runtime may predate it
+        if handle_for is not None:
+            try:
+                handle = handle_for(trial.rollout_id)
+            except Exception:
+                logger.exception("recovery: no handle for request_id=%s", trial.request_id)
+        label = f"request_id={trial.request_id} environment={trial.env[0]} config={trial.env[1]}"
+        clock = asyncio.get_running_loop().time  # real waiting, whatever clock the book keeps
+        outcome = await prove_released(handle, self._ladder, self._recovery, clock=clock, label=label)
+        self.book.finish_cleanup(trial.request_id, outcome)
+        if runtime is not None:
+            self._dispatch(trial.env)
+
     def _dispatch(self, key: EnvKey) -> None:
         for trial in self.book.start_ready([key]):
             self._supervisors[trial.request_id] = asyncio.create_task(self._supervise(trial))
@@ -180,14 +248,17 @@ class TrialService:
         request_id = trial.request_id
         request = trial.request
         try:
-            assert request is not None
+            assert request is not None and trial.capability is not None
+            # Write-ahead: the ledger knows the trial is running before its environment does, so a
+            # restart never leaves a started run it believes was only queued.
+            await self.written(request_id)
             runtime = self._runtimes[trial.env]
             context = RunContext(
                 request=request,
                 rollout_id=trial.rollout_id,
                 environment=trial.env[0],
                 config=trial.env[1],
-                model=self._model_route(trial.rollout_id),
+                model=self._model_route(trial.capability),
             )
             # Shielded: a cancel during start must not lose the handle; the cleanup ladder awaits it.
             start = asyncio.ensure_future(runtime.start(context))
