@@ -17,7 +17,10 @@
     │   └── UpstreamError               the trainer's model API failed us (502)
     │       ├── UpstreamTransportError  one attempt may have reached it (never replayed)
     │       └── UpstreamTimeoutError    one attempt ran out of budget
+    ├── LimitError                    a request is over one of the gateway's limits
+    │   └── BodyTooLargeError         the body is over its route's cap (413)
     ├── ConfigError                   bad gateway/plugin configuration (startup, exit != 0)
+    │   └── InstalledFileUnavailable  a file of the installed nemo-gym cannot be reached from here
     ├── PluginError                   a plugin failed to load or validate
     │   ├── PluginLoadError           its entry point failed to import (names the distribution)
     │   ├── DuplicateEnvironmentError two plugins claim one environment
@@ -126,8 +129,20 @@ class UpstreamTimeoutError(UpstreamError):
     """One upstream attempt ran out of its budget."""
 
 
+class LimitError(RelaxGymError):
+    """A request is over one of the gateway's configured limits (README: Operations: limits and timeouts)."""
+
+
+class BodyTooLargeError(LimitError):
+    """The request body is over its route's cap; the message names the cap and its variable."""
+
+
 class ConfigError(RelaxGymError, ValueError):
     """Configuration is invalid; the message names the key and the source."""
+
+
+class InstalledFileUnavailable(ConfigError):
+    """A file of the installed nemo-gym package (example rows, a prompt) cannot be reached from here."""
 
 
 class PluginError(RelaxGymError):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import traceback
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from relax_gym_core import errors
 from relax_gym_core.protocol import jsonutil
@@ -29,6 +32,7 @@ STATUS_CODES: dict[type[errors.RelaxGymError], int] = {
     errors.CapabilityUnavailableError: 410,
     errors.CallbackURLRejectedError: 400,
     errors.UpstreamError: 502,
+    errors.BodyTooLargeError: 413,
 }
 
 
@@ -68,6 +72,31 @@ async def handle_http_exception(_request: Request, exc: Exception) -> Response:
     return json_response({"detail": exc.detail}, exc.status_code, dict(exc.headers or {}))
 
 
-async def handle_unexpected(_request: Request, exc: Exception) -> Response:
-    logger.error("unhandled error in the gateway", exc_info=exc)
-    return json_response({"detail": "internal error"}, 500)
+def log_unexpected(exc: BaseException) -> None:
+    """Log a bug: the exception's type and where it was raised, never its message.
+
+    Messages of library errors quote their input (an HTTP client's "Invalid header value: Bearer <key>"),
+    and the input may be a credential; the frames say where to look without saying what was there.
+    """
+    frames = "".join(traceback.format_tb(exc.__traceback__))
+    logger.error("unhandled error in the gateway: %s (message withheld)\n%s", type(exc).__name__, frames)
+
+
+def contain_errors(app: ASGIApp) -> ASGIApp:
+    """Outermost middleware: an exception that escapes everything else is logged by log_unexpected() and
+    answered 500 (when nothing was sent yet), instead of reaching Starlette's error middleware and the
+    server, which log it with its message."""
+
+    async def contained(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await app(scope, receive, send)
+        except ClientDisconnect:
+            return  # nobody is left to answer
+        except Exception as exc:  # noqa: BLE001 - this is the last place an error can be answered
+            log_unexpected(exc)
+            if scope["type"] == "http":
+                # Refused by the server when a response had already begun; then there is nothing to add.
+                with contextlib.suppress(Exception):
+                    await json_response({"detail": "internal error"}, 500)(scope, receive, send)
+
+    return contained

@@ -52,7 +52,8 @@ class BridgeGateway:
         self.http.close()
 
     def rollout_id(self, request_id: str) -> str:
-        rollout_id: str = self.app.state.gateway.service.book.get(request_id).rollout_id
+        rollout_id = self.app.state.gateway.service.book.get(request_id).capability
+        assert rollout_id is not None  # the capability: what model calls carry
         return rollout_id
 
     def create_trial(

@@ -139,10 +139,11 @@ def sdk_call(gateway: BridgeGateway, rollout_id: str, resource: str, *, stream: 
     return "".join(block.text for block in final.content if block.type == "text")
 
 
-def assert_unavailable(exc: BaseException, resource: str, stream: bool) -> None:
-    """410 with the bridge's detail; a Messages stream is already 200, so the error comes in-band."""
+def assert_unavailable(exc: BaseException, resource: str, stream: bool, *, in_flight: bool = False) -> None:
+    """410 with the bridge's detail. A capability already unavailable is refused before any stream starts;
+    a Messages stream in flight is already 200, so an abort during it comes in-band."""
     assert isinstance(exc, (openai.APIStatusError, anthropic.APIStatusError))
-    if resource == "messages" and stream:
+    if resource == "messages" and stream and in_flight:
         assert exc.status_code == 200
         assert exc.body == {
             "type": "error",
@@ -607,7 +608,7 @@ async def test_abort_cancels_an_in_flight_call(
     gateway.abort(trial)
     with pytest.raises((openai.APIStatusError, anthropic.APIStatusError)) as info:
         await call
-    assert_unavailable(info.value, resource, stream)
+    assert_unavailable(info.value, resource, stream, in_flight=True)
     assert not gate.is_open
 
 

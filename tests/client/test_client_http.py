@@ -162,11 +162,23 @@ async def test_queue_full_without_retry_after_backs_off_and_never_spins(
 async def test_create_transport_errors_stay_bounded_by_max_retries(
     fake_gateway: Any, make_client: Any, make_request: Any
 ) -> None:
+    # A read error may come after the gateway saw the request; only refused connections wait longer
+    # (test_client_hostile.py).
     gateway = fake_gateway()
-    gateway.script["create"] = [httpx.ConnectError("refused")] * 5
+    gateway.script["create"] = [httpx.ReadError("reset")] * 5
     async with make_client(gateway.transport()) as client:
         with pytest.raises(GatewayRequestError, match="after 3 attempts"):
             await client.create(make_request())
+
+
+async def test_create_refused_connections_wait_for_the_gateway(
+    fake_gateway: Any, make_client: Any, make_request: Any
+) -> None:
+    gateway = fake_gateway()
+    gateway.script["create"] = [httpx.ConnectError("refused")] * 5
+    async with make_client(gateway.transport()) as client:
+        await client.create(make_request())
+    assert gateway.ops().count("create") == 6
 
 
 async def test_service_unavailable_retry_after_is_honoured(

@@ -41,7 +41,10 @@ TOKEN_CHARS = string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~"
 
 request_ids = st.text(REQUEST_ID_CHARS, min_size=1, max_size=REQUEST_ID_MAX_LEN)
 non_blank = st.text(min_size=1, max_size=16).filter(str.strip)
-single_line = st.text(max_size=16).filter(lambda s: "\r" not in s and "\n" not in s)
+# What an HTTP header value carries unchanged: the wire types refuse anything else (naming the field).
+header_text = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=16)
+api_keys = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=16)
+key_prefixes = st.sampled_from(["Bearer ", "Token ", "", "Key\t"])
 finite_floats = st.floats(allow_nan=False, allow_infinity=False)
 positive_floats = st.floats(min_value=0.0, exclude_min=True, allow_infinity=False)
 json_ints = st.integers(min_value=-(2**64), max_value=2**64)
@@ -88,15 +91,15 @@ def model_endpoints(draw: st.DrawFn) -> ModelEndpoint:
     api_key_header = draw(header_names)
     headers = draw(
         st.dictionaries(
-            header_names.filter(lambda name: name.lower() != api_key_header.lower()), single_line, max_size=3
+            header_names.filter(lambda name: name.lower() != api_key_header.lower()), header_text, max_size=3
         )
     )
     return ModelEndpoint(
         base_url=draw(base_urls),
-        api_key=draw(non_blank),
+        api_key=draw(api_keys),
         model=draw(non_blank),
         api_key_header=api_key_header,
-        api_key_prefix=draw(single_line),
+        api_key_prefix=draw(key_prefixes),
         headers=headers,
     )
 

@@ -4,7 +4,11 @@ un-prefixed /v1/... forms (capability in metadata.relax_gym_rollout), forwarded 
 Non-streaming calls answer with the upstream status and JSON. Streaming calls are buffered SSE (Relax
 answers a whole stream at once): Messages start with a ping and ping every 15 s, errors in-band; Chat and
 Responses pass the upstream status through when it answers within 15 s, and otherwise commit to 200
-and send SSE comments as keep-alives until the answer (errors then in-band).
+and send SSE comments as keep-alives until the answer (errors then in-band). What is wrong before a
+stream starts (a capability that is not live, a body that cannot be forwarded) gets its own status.
+
+These routes take no API token: the capability is the credential. It is checked before the body is read
+when the path carries it, and before the body is parsed when metadata does (gateway/limits.py caps it).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,7 +28,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from relax_gym_core.bridge.allowlist import CallbackPolicy, upstream_url
-from relax_gym_core.bridge.payloads import capability_from_body, repair_responses, upstream_body
+from relax_gym_core.bridge.payloads import (
+    CAPABILITY_TAG,
+    capability_from_body,
+    repair_responses,
+    upstream_body,
+)
 from relax_gym_core.bridge.upstream import Forwarder, UpstreamReply
 from relax_gym_core.errors import (
     CapabilityUnavailableError,
@@ -67,6 +77,8 @@ def _sse_error(resource: str, message: str, payload: Any = None) -> bytes:
 
 
 _PREFIX = "/ng-rollout/"
+# A capability tag as a JSON key: found in raw bytes so a call without a live one is refused unparsed.
+_TAG_RE = re.compile(rb'"' + CAPABILITY_TAG.encode() + rb'"\s*:\s*"([^"\\]{1,256})"')
 _MODEL_PATHS = {f"v1/{resource}": resource for resource in RESOURCES}
 
 
@@ -111,7 +123,7 @@ class Bridge:
 
     def _endpoint(self, resource: str) -> Any:
         async def endpoint(request: Request) -> Response:
-            return await self.handle(await request.body(), request.path_params.get("rollout_id"), resource)
+            return await self.answer(request, request.path_params.get("rollout_id"), resource)
 
         return endpoint
 
@@ -129,21 +141,61 @@ class Bridge:
                 target = match_model_call(scope["path"])
                 if target is not None:
                     try:
-                        raw_body = await Request(scope, receive).body()
+                        response = await self.answer(Request(scope, receive), *target)
                     except ClientDisconnect:
                         return  # nobody is left to answer
-                    try:
-                        response = await self.handle(raw_body, *target)
-                    except RelaxGymError as exc:
-                        response = error_response(exc)
                     await response(scope, receive, send)
                     return
             await app(scope, receive, send)
 
         return bridge_first
 
+    async def answer(self, request: Request, rollout_id: str | None, resource: str) -> Response:
+        """One model call, from its request to its response; every refusal comes from the error table."""
+        try:
+            if rollout_id is not None:
+                self._live(rollout_id, resource)
+            raw_body = await request.body()
+            if rollout_id is None:
+                self._tagged(raw_body, resource)
+            return await self.handle(raw_body, rollout_id, resource)
+        except RelaxGymError as exc:
+            return error_response(exc)
+
+    def _live(self, rollout_id: str, resource: str) -> None:
+        """CapabilityUnavailableError (observed like a refused call) unless the capability is active."""
+        try:
+            self._service.book.capability(rollout_id)
+        except CapabilityUnavailableError as exc:
+            raise self._unavailable(resource, exc) from None
+
+    def _unavailable(
+        self, resource: str, exc: CapabilityUnavailableError | None = None
+    ) -> CapabilityUnavailableError:
+        exc = exc or CapabilityUnavailableError("callback capability is unavailable")
+        if self._observers:
+            self._observe(None, resource, _Answer(error=exc), 0.0)
+        return exc
+
+    def _tagged(self, raw_body: bytes, resource: str) -> None:
+        """Refuse an un-prefixed call unless its body names a live capability, without parsing it.
+
+        The pattern cannot match inside a JSON string (quotes there are escaped), so a match is a real
+        key; which one is metadata's is decided after parsing (capability_from_body), and checked again.
+        """
+        found = False
+        for match in _TAG_RE.finditer(raw_body):
+            found = True
+            if self._service.book.has_capability(match.group(1).decode("ascii", "replace")):
+                return
+        if not found:
+            raise TrialNotFoundError(_NO_CAPABILITY)
+        raise self._unavailable(resource)
+
     async def handle(self, raw_body: bytes, rollout_id: str | None, resource: str) -> Response:
-        body = jsonutil.loads(raw_body)
+        # Lone surrogates are refused when the forwarded body is encoded (jsonutil.dumps): no second pass
+        # unless the call streams (below).
+        body = jsonutil.loads(raw_body, check_unicode=False)
         if not isinstance(body, dict):
             raise ProtocolError("Callback body must be a JSON object")
         rollout_id = rollout_id or capability_from_body(body)
@@ -152,6 +204,9 @@ class Bridge:
         if not body.get("stream"):
             answer = await self._call(rollout_id, resource, body)
             return self._plain(resource, body, answer)
+        # A stream commits to 200: what would fail inside it is refused before it starts.
+        self._live(rollout_id, resource)
+        jsonutil.refuse_lone_surrogates(body, raw_body)
         if resource == "messages":
             return self._sse(self._messages_stream(rollout_id, body))
         return await self._openai_stream(rollout_id, resource, body)
@@ -240,7 +295,10 @@ class Bridge:
         except UpstreamError as exc:
             return error_response(exc)
         if resource == "responses" and reply.status < 400:
-            return json_response(payload, reply.status, headers)
+            try:
+                return json_response(payload, reply.status, headers)
+            except ValueError:  # NaN or a lone surrogate from upstream: nothing valid to pass on
+                return error_response(UpstreamError("Upstream model callback returned invalid JSON"))
         return Response(reply.body, reply.status, headers, media_type="application/json")
 
     # ---- streaming ----------------------------------------------------------------------------------

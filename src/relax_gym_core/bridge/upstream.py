@@ -259,6 +259,13 @@ class Forwarder:
                 raise UpstreamError(
                     "Upstream model callback transport failed", attempts=attempt + 1
                 ) from None
+            except (ValueError, TypeError) as exc:
+                # An HTTP client refusing a request it was given (a header value, say) before sending it.
+                # Its message quotes the value, which may be the session's key: only the type is told.
+                logger.error(  # noqa: TRY400 - the traceback would carry the message
+                    "model callback could not be sent %s error=%s", label, type(exc).__name__
+                )
+                raise UpstreamError("Upstream model callback could not be sent", attempts=attempt) from None
             if reply.status not in RETRY_STATUSES or is_rendering_error(reply.body):
                 if attempt:
                     logger.info("model callback finished after retries %s attempts=%d", label, attempt + 1)

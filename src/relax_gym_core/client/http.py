@@ -3,8 +3,11 @@
 Reference §5.4: transport errors, 408, 429 and 5xx are retried with `retry_backoff_s * 2**n` back-off;
 any other status fails at once. Differences:
 - 429/503 honour `Retry-After` (seconds or an HTTP date).
-- create keeps retrying 429 ("environment queue is full" is back-pressure, not failure) until the
-  startup timeout, which bounds the whole create instead of each attempt.
+- create keeps retrying 429 ("environment queue is full" is back-pressure, not failure) and refused
+  connections (a gateway restarting; nothing was sent) until the startup timeout, which bounds the whole
+  create instead of each attempt.
+- responses are read up to MAX_RESPONSE_BYTES and refused beyond, while streaming: nothing a gateway
+  says is worth unbounded memory.
 - get/renew accept `retry_until`: transient failures are retried until that monotonic instant (the
   trial loop passes the end of the lease), so a gateway blip does not kill a healthy trial.
 - abort is one short attempt: it runs while Relax is waiting to SIGKILL us.
@@ -18,7 +21,7 @@ import email.utils
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, Self
 from urllib.parse import quote
 
@@ -48,6 +51,7 @@ MAX_RETRY_AFTER_S: Final = 60.0  # a gateway cannot park us longer than this per
 PATIENT_MIN_DELAY_S: Final = 0.1  # unbounded retry loops never spin, even with retry_backoff_s = 0
 MIN_ATTEMPT_TIMEOUT_S: Final = 0.5
 _USER_AGENT: Final = "relax-gym-client"
+MAX_RESPONSE_BYTES: Final = 16 << 20  # a snapshot is kilobytes; this is for metrics-heavy environments
 
 type Sleep = Callable[[float], Awaitable[None]]
 type Clock = Callable[[], float]
@@ -86,6 +90,49 @@ class _Policy:
     max_attempts: int | None  # None: only `until` bounds the retries
     until: float | None = None  # monotonic instant after which no attempt starts
     patient: frozenset[int] = frozenset()  # statuses retried until `until` whatever max_attempts says
+    patient_connect: bool = False  # refused connections too (the request never left this process)
+
+
+class _ResponseTooLargeError(Exception):
+    """Raised from inside httpx's read of a response body; _call turns it into a GatewayRequestError."""
+
+
+class _CappedStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise _ResponseTooLargeError
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _CappedTransport(httpx.AsyncBaseTransport):
+    """Stops reading a response at `limit` bytes (by Content-Length before any, else while streaming)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self._limit:
+            await response.aclose()
+            raise _ResponseTooLargeError
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _CappedStream(response.stream, self._limit)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class GatewayClient:
@@ -105,7 +152,8 @@ class GatewayClient:
         self.options = options or ClientOptions()
         self._sleep = sleep
         self.clock = clock
-        headers = {"user-agent": _USER_AGENT}
+        # identity: the cap below counts what arrives, so it must be what is kept (no decompression bomb).
+        headers = {"user-agent": _USER_AGENT, "accept-encoding": "identity"}
         self._api_token = api_token or None  # kept only to mask it should a gateway ever echo it
         if api_token:
             headers["authorization"] = f"Bearer {api_token}"
@@ -113,7 +161,9 @@ class GatewayClient:
         self._http = httpx.AsyncClient(
             base_url=self.gateway_url,
             trust_env=False,
-            transport=transport,
+            transport=_CappedTransport(
+                transport or httpx.AsyncHTTPTransport(trust_env=False), MAX_RESPONSE_BYTES
+            ),
             timeout=_timeout(self.options.request_timeout_s),
             headers=headers,
             follow_redirects=False,
@@ -144,6 +194,7 @@ class GatewayClient:
                 max_attempts=opts.max_retries + 1,
                 until=self.clock() + opts.startup_timeout_s,
                 patient=frozenset({429}),
+                patient_connect=True,
             ),
             request=request,
         )
@@ -230,13 +281,19 @@ class GatewayClient:
                 limit = max(min(per_attempt, policy.until - self.clock()), MIN_ATTEMPT_TIMEOUT_S)
             status: int | None = None
             failed: httpx.Response | None = None  # the transient error answer of this attempt
+            refused = False
             try:
                 response = await self._http.request(
                     method, path, content=content, headers=headers, timeout=_timeout(limit)
                 )
+            except _ResponseTooLargeError:
+                raise GatewayRequestError(
+                    f"Gateway {op} response is larger than {MAX_RESPONSE_BYTES} bytes; not read"
+                ) from None
             except httpx.TransportError as exc:
                 cause = type(exc).__name__
                 delay = self._backoff(attempt)
+                refused = isinstance(exc, httpx.ConnectError)
             except httpx.HTTPError as exc:
                 raise GatewayRequestError(f"Gateway {op} request failed ({type(exc).__name__})") from None
             else:
@@ -250,7 +307,11 @@ class GatewayClient:
                 cause = f"HTTP {status}"
                 hinted = retry_after_s(response) if status in (429, 503) else None
                 delay = self._backoff(attempt) if hinted is None else hinted
-            patient = policy.max_attempts is None or status in policy.patient
+            patient = (
+                policy.max_attempts is None
+                or status in policy.patient
+                or (refused and policy.patient_connect)
+            )
             if patient:
                 delay = max(delay, PATIENT_MIN_DELAY_S)
             if not self._may_retry(policy, attempt, patient, delay):

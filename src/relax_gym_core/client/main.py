@@ -88,23 +88,28 @@ def run(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = N
         settings = ClientSettings.from_env(environ)
         request = build_create_request(read_session_input(input_path), settings)
         snapshot = anyio.run(_run_session, request, settings)
-        write_output(output_path, build_output(snapshot))
+        if not write_output(output_path, build_output(snapshot)):
+            # Still exit 0: Relax removes the directory when it cancels a session, and expects no result.
+            _say(
+                "RELAX_OUTPUT_JSON's directory no longer exists (Relax removes it when it cancels a "
+                "session); the trial's result was not written"
+            )
     except TrialCancelledError as exc:
-        _fail(str(exc))
+        _say(str(exc))
         return 128 + exc.signum if exc.signum else 1
     except KeyboardInterrupt:  # SIGINT before the handlers were installed
-        _fail("Managed session cancelled (interrupted before the trial started)")
+        _say("Managed session cancelled (interrupted before the trial started)")
         return 128 + signal.SIGINT
     except (RelaxGymError, ValueError, OSError) as exc:
-        _fail(str(exc))
+        _say(str(exc))
         return 1
     except Exception as exc:  # noqa: BLE001 - a bug still ends as one line and exit 1, never a traceback
-        _fail(f"internal error ({type(exc).__name__}: {exc})")
+        _say(f"internal error ({type(exc).__name__}: {exc})")
         return 1
     return 0
 
 
-def _fail(message: str) -> None:
+def _say(message: str) -> None:
     # One line: Relax shows only a tail of command.log.
     print(f"{PROG}: {' '.join(message.split())}", file=sys.stderr, flush=True)  # noqa: T201
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +34,28 @@ def stable_request_id(session_id: str, attempt: int = 1, *, invocation_id: str |
     return "relax-" + hashlib.sha256(key.encode()).hexdigest()
 
 
+MAX_INPUT_BYTES = 64 << 20  # far beyond any task a gateway accepts (its create cap is 4 MiB by default)
+
+
 def read_session_input(path: str | Path) -> dict[str, Any]:
-    """Read and check RELAX_INPUT_JSON: an object with a messages array and an optional metadata object."""
+    """Read and check RELAX_INPUT_JSON: an object with a messages array and an optional metadata object.
+
+    Only a regular file is read: a FIFO or a device would block the session, or never end.
+    """
     try:
-        raw = Path(path).read_bytes()
+        # O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever, before any check.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise ClientConfigError(f"RELAX_INPUT_JSON cannot be read: {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ClientConfigError(f"RELAX_INPUT_JSON must be a regular file: {path}")
+        try:
+            raw = handle.read(MAX_INPUT_BYTES + 1)
+        except OSError as exc:
+            raise ClientConfigError(f"RELAX_INPUT_JSON cannot be read: {path}: {exc.strerror}") from None
+    if len(raw) > MAX_INPUT_BYTES:
+        raise ClientConfigError(f"RELAX_INPUT_JSON is larger than {MAX_INPUT_BYTES} bytes: {path}")
     try:
         data = jsonutil.loads(raw)
     except ProtocolError:

@@ -6,7 +6,9 @@ an environments file gets its plugin's run bodies, result mapping and runtime un
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import time
 from collections.abc import Sequence
 
 from relax_gym_core.bridge import CallbackPolicy
@@ -14,6 +16,7 @@ from relax_gym_core.environments import Hooks, make_plugin_manager
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gateway import EnvironmentSpec, GatewaySettings, create_app, load_environments
 from relax_gym_core.gateway.server import bind, run, url_of
+from relax_gym_core.trials import TrialStore, open_store, resolve_state_dir
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -23,17 +26,33 @@ def listen(host: str, port: int) -> socket.socket:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
+def open_state(state_dir: str | None) -> tuple[str, TrialStore]:
+    """The state directory (--state-dir, $RELAX_GYM_STATE_DIR, else the user's data directory) and its
+    store, locked: a directory another gateway holds is refused here, before anything starts."""
+    where = resolve_state_dir(state_dir)
+    return where, open_store(where, clock=time.monotonic)  # the clock create_app's book keeps
+
+
+def close_state(store: TrialStore) -> None:
+    """Release the store if the gateway did not (it closes it at the end of its lifespan)."""
+    asyncio.run(store.close())
+
+
 def serve_gateway(
     sock: socket.socket,
     specs: tuple[EnvironmentSpec, ...],
     hooks: Hooks,
     policy: CallbackPolicy,
     *,
+    state: tuple[str, TrialStore],
     log_level: str = "warning",
 ) -> None:
     """Build the gateway for `specs` with the installed plugins (`hooks`) and serve it on `sock`."""
-    settings = GatewaySettings.from_env(specs, callback_policy=policy, public_url=url_of(sock))
-    run(create_app(settings, hooks=hooks), sock, log_level=log_level)
+    state_dir, store = state
+    settings = GatewaySettings.from_env(
+        specs, callback_policy=policy, public_url=url_of(sock), state_dir=state_dir
+    )
+    run(create_app(settings, hooks=hooks, store=store), sock, log_level=log_level, limits=settings.limits)
 
 
 def serve(
@@ -44,12 +63,17 @@ def serve(
     callback_hosts: Sequence[str] = (),
     callback_networks: Sequence[str] = (),
     log_level: str = "warning",
+    state_dir: str | None = None,
 ) -> None:
     specs = load_environments(environments)
     policy = CallbackPolicy.from_env(hosts=callback_hosts, networks=callback_networks)
     hooks = make_plugin_manager()  # the installed plugins, exactly as `relax-gym up` loads them
     sock = listen(host, port)
     try:
-        serve_gateway(sock, specs, hooks, policy, log_level=log_level)
+        state = open_state(state_dir)
+        try:
+            serve_gateway(sock, specs, hooks, policy, state=state, log_level=log_level)
+        finally:
+            close_state(state[1])
     finally:
         sock.close()

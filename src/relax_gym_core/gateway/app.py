@@ -22,17 +22,19 @@ from relax_gym_core.environments.specs import EnvironmentSpec, environments_docu
 from relax_gym_core.errors import ConfigError, RelaxGymError
 from relax_gym_core.gateway.auth import bearer_auth
 from relax_gym_core.gateway.config import GatewaySettings
+from relax_gym_core.gateway.intake import CreateIntake
+from relax_gym_core.gateway.limits import limit_bodies
 from relax_gym_core.gateway.metrics import GatewayMetrics
 from relax_gym_core.gateway.openapi import build_openapi
 from relax_gym_core.observe import Observer, Observers
-from relax_gym_core.protocol import PROTOCOL_VERSION, ServiceHealth, parse_create_request, unstructure
+from relax_gym_core.protocol import PROTOCOL_VERSION, ServiceHealth, unstructure
 from relax_gym_core.protocol.jsonutil import canonical
 from relax_gym_core.runtimes import ModelRoute, Runtime, builtin
-from relax_gym_core.trials import MemoryStore, TrialBook, TrialService, TrialStore
+from relax_gym_core.trials import RecoveryPolicy, TrialBook, TrialService, TrialStore, open_store
 from relax_gym_core.web import (
+    contain_errors,
     handle_http_exception,
     handle_relax_gym_error,
-    handle_unexpected,
     json_response,
 )
 
@@ -85,13 +87,17 @@ def _gateway(request: Request) -> Gateway:
 
 
 async def create_trial(request: Request) -> Response:
-    trial_request = parse_create_request(await request.body())
-    snapshot, _created = _gateway(request).service.create(trial_request)
+    trial_request = await request.app.state.intake.parse(await request.body())
+    service = _gateway(request).service
+    snapshot, _created = service.create(trial_request)
+    await service.written(trial_request.request_id)  # durable before acknowledged
     return json_response(unstructure(snapshot), 202)
 
 
 async def get_trial(request: Request) -> Response:
-    snapshot = _gateway(request).service.get(request.path_params["request_id"])
+    service = _gateway(request).service
+    snapshot = service.get(request.path_params["request_id"])
+    await service.written(snapshot.request_id)  # a state is shown only once it survives a crash
     return json_response(unstructure(snapshot))
 
 
@@ -101,7 +107,9 @@ async def renew_trial(request: Request) -> Response:
 
 
 async def abort_trial(request: Request) -> Response:
-    snapshot = _gateway(request).service.abort(request.path_params["request_id"])
+    service = _gateway(request).service
+    snapshot = service.abort(request.path_params["request_id"])
+    await service.written(snapshot.request_id)
     return json_response(unstructure(snapshot), 202)
 
 
@@ -134,6 +142,7 @@ def create_app(
     clock: Callable[[], float] = time.monotonic,
     store: TrialStore | None = None,
     new_rollout_id: Callable[[], str] | None = None,
+    new_capability: Callable[[], str] | None = None,
     hooks: Hooks | None = None,
     observers: Sequence[Observer] = (),
 ) -> Starlette:
@@ -141,6 +150,8 @@ def create_app(
 
     `hooks` (installed plugins) shape NeMo Gym /run bodies and results; without it the reference rules apply.
     `observers` see every trial transition and every bridged model call (relax_gym_core.observe).
+    Without `store`, trials live where settings.state_dir says (the ledger there is locked until the
+    app's lifespan ends).
     """
     admissions = {spec.key: spec.admission for spec in settings.environments}
     metrics = GatewayMetrics()
@@ -156,13 +167,16 @@ def create_app(
                 f"(available: {', '.join(sorted(factories))})"
             )
         runtimes[spec.key] = factory(spec, hooks)
+    if store is None:
+        store = open_store(settings.state_dir, clock=clock, tombstone_capacity=settings.tombstone_capacity)
     book = TrialBook(
         clock=clock,
-        store=store if store is not None else MemoryStore(tombstone_capacity=settings.tombstone_capacity),
+        store=store,
         environments=admissions,
         retention_s=settings.retention_s,
         max_retained=settings.max_retained,
         new_rollout_id=new_rollout_id,
+        new_capability=new_capability,
         observers=fan_out,
     )
     metrics.watch_admission(admissions, book.env_counts)
@@ -174,10 +188,11 @@ def create_app(
         cleanup_grace_s=settings.cleanup_grace_s,
         scan_interval_s=settings.scan_interval_s,
         validate_endpoint=(lambda endpoint: policy.check(endpoint.base_url)) if policy else (lambda _e: None),
-        model_route=lambda rollout_id: ModelRoute(
-            base_url=f"{public_url}/ng-rollout/{rollout_id}" if public_url else None,
-            metadata={CAPABILITY_TAG: rollout_id},
+        model_route=lambda capability: ModelRoute(
+            base_url=f"{public_url}/ng-rollout/{capability}" if public_url else None,
+            metadata={CAPABILITY_TAG: capability},
         ),
+        recovery=RecoveryPolicy(give_up_s=settings.recovery_give_up_s),
     )
     gateway = Gateway(settings, service)
     bridge = (
@@ -196,7 +211,10 @@ def create_app(
         try:
             yield
         finally:
-            await service.close()
+            # uvicorn gave open requests limits.drain_s of the budget before this runs.
+            await service.close(
+                budget_s=max(0.0, settings.limits.shutdown_budget_s - settings.limits.drain_s)
+            )
             if bridge is not None:
                 await bridge.forwarder.client.close()
 
@@ -215,15 +233,17 @@ def create_app(
         exception_handlers={
             RelaxGymError: handle_relax_gym_error,
             HTTPException: handle_http_exception,
-            Exception: handle_unexpected,
         },
         lifespan=lifespan,
         middleware=[
+            Middleware(contain_errors),  # first: outermost, so no error reaches a log with its message
+            Middleware(limit_bodies(settings.limits)),
             *([Middleware(bearer_auth(settings.api_token))] if settings.api_token else []),
             *([Middleware(bridge.middleware)] if bridge is not None else []),
         ],
     )
     app.state.gateway = gateway
     app.state.metrics = metrics
-    app.state.openapi = build_openapi()
+    app.state.intake = CreateIntake(metrics, refuse_unknown=settings.unknown_keys == "refuse")
+    app.state.openapi = build_openapi(settings)
     return app

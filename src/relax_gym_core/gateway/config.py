@@ -52,6 +52,57 @@ def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _env_int(environ: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if not re.fullmatch(r"\s*\d+\s*", raw) or int(raw) < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum} (got {raw!r})")
+    return int(raw)
+
+
+MIB = 1 << 20
+UNKNOWN_KEYS_VAR = "RELAX_GYM_UNKNOWN_KEYS"
+UNKNOWN_KEY_MODES = ("warn", "refuse")
+
+
+@frozen(kw_only=True)
+class Limits:
+    """What one client may cost the gateway; README "Operations: limits and timeouts" lists each variable.
+
+    Body caps are per route: a model call carries a whole agent context (the bridge moves 5-8 MB bodies
+    routinely), a create carries one task, and nothing else has a body worth reading.
+    """
+
+    max_model_call_bytes: int = 64 * MIB
+    max_create_bytes: int = 4 * MIB
+    max_other_body_bytes: int = 64 * 1024
+    header_timeout_s: float = 10.0  # from connecting (or the previous answer) to a complete request head
+    body_timeout_s: float = 60.0  # from the head to the last byte of the body
+    keepalive_timeout_s: int = 5  # an idle keep-alive connection is closed after this (uvicorn's, whole s)
+    max_connections: int = 2048
+    shutdown_budget_s: float = 25.0
+
+    @property
+    def drain_s(self) -> int:
+        """The part of the shutdown budget open requests get to finish (whole seconds, as uvicorn takes
+        it); trial aborts and cleanups get the rest."""
+        return min(5, max(1, int(self.shutdown_budget_s / 5)))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Limits:
+        return cls(
+            max_model_call_bytes=_env_int(environ, "RELAX_GYM_MAX_MODEL_CALL_BYTES", 64 * MIB),
+            max_create_bytes=_env_int(environ, "RELAX_GYM_MAX_CREATE_BYTES", 4 * MIB),
+            max_other_body_bytes=_env_int(environ, "RELAX_GYM_MAX_BODY_BYTES", 64 * 1024),
+            header_timeout_s=_env_float(environ, "RELAX_GYM_HEADER_TIMEOUT_S", 10.0),
+            body_timeout_s=_env_float(environ, "RELAX_GYM_BODY_TIMEOUT_S", 60.0),
+            keepalive_timeout_s=_env_int(environ, "RELAX_GYM_KEEPALIVE_TIMEOUT_S", 5),
+            max_connections=_env_int(environ, "RELAX_GYM_MAX_CONNECTIONS", 2048),
+            shutdown_budget_s=_env_float(environ, "RELAX_GYM_SHUTDOWN_BUDGET_S", 25.0),
+        )
+
+
 @frozen(kw_only=True)
 class GatewaySettings:
     """Everything the gateway needs besides its runtimes."""
@@ -72,6 +123,15 @@ class GatewaySettings:
     public_url: str | None = None
     # When set, the trial API requires `Authorization: Bearer <api_token>` (gateway/auth.py).
     api_token: str | None = field(default=None, repr=False)
+    limits: Limits = Limits()
+    # Keys of a create body that relax-nemo-gym/v1 does not define: "warn" (counted in /metrics, logged,
+    # ignored: newer clients may send additive fields) or "refuse" (422 naming them).
+    unknown_keys: str = "warn"
+    # Where the trial ledger lives (trials/statedir.py); ":memory:" keeps trials in memory only. The
+    # commands default to the user's data directory; code that builds settings itself gets ":memory:".
+    state_dir: str = ":memory:"
+    # How long restart recovery keeps trying to prove a lost run's cleanup before recording unverified.
+    recovery_give_up_s: float = 600.0
 
     @classmethod
     def from_env(
@@ -81,6 +141,7 @@ class GatewaySettings:
         *,
         callback_policy: CallbackPolicy | None = None,
         public_url: str | None = None,
+        state_dir: str | None = None,
     ) -> GatewaySettings:
         client = environ.get("RELAX_GYM_UPSTREAM_CLIENT", "pyreqwest")
         if client not in UPSTREAM_CLIENT_NAMES:
@@ -97,7 +158,18 @@ class GatewaySettings:
             callback_timeout_s=_env_float(environ, "NEMO_GYM_CALLBACK_TIMEOUT_S", 600.0),
             gym_commit=environ.get("NEMO_GYM_COMMIT", "unknown") or "unknown",
             api_token=_api_token(environ, "RELAX_GYM_API_TOKEN"),
+            limits=Limits.from_env(environ),
+            unknown_keys=_choice(environ, UNKNOWN_KEYS_VAR, UNKNOWN_KEY_MODES),
+            state_dir=state_dir or environ.get("RELAX_GYM_STATE_DIR") or ":memory:",
+            recovery_give_up_s=_env_float(environ, "RELAX_GYM_RECOVERY_GIVE_UP_S", 600.0),
         )
+
+
+def _choice(environ: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    value = environ.get(name) or choices[0]
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)} (got {value!r})")
+    return value
 
 
 _TOKEN_RE = re.compile(r"[\x21-\x7e]{16,4096}")  # visible ASCII: what an HTTP header carries unchanged

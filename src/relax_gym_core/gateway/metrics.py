@@ -98,12 +98,23 @@ class GatewayMetrics:
             buckets=CALL_BUCKETS,
             registry=self.registry,
         )
+        self._unknown_keys = Counter(
+            "relax_gym_unknown_request_keys",
+            "Keys of create requests that relax-nemo-gym/v1 does not define (ignored, or refused with "
+            "RELAX_GYM_UNKNOWN_KEYS=refuse), by the object they were in",
+            ["location"],
+            registry=self.registry,
+        )
         self._retries = Counter(
             "relax_gym_model_call_retries",
             "Upstream attempts beyond the first",
             [*env, "resource"],
             registry=self.registry,
         )
+
+    def unknown_key(self, location: str) -> None:
+        """A create request carried a key relax-nemo-gym/v1 does not define (gateway/intake.py)."""
+        self._unknown_keys.labels(location).inc()
 
     def watch_admission(self, admissions: Mapping[EnvKey, Admission], counts: EnvCounts) -> None:
         """Report queue depth, runs in flight and slots held, read from `counts` at each scrape."""

@@ -1,7 +1,15 @@
-"""The OpenAPI document of the trial API, with JSON Schemas derived from the attrs wire types."""
+"""The OpenAPI document of this gateway: every route, every answer it can give, and the wire types' rules.
+
+Schemas are derived from the attrs wire types (relax_gym_core.protocol.types): field types, required
+fields, enums, and each field's rule from its `json_schema` metadata, the same pattern or bound its
+validator checks. The document describes this gateway as configured: its registered environments, its
+callback allowlist (the create example calls back to an allowed host), its body caps, whether the trial
+API needs a token, and whether unknown keys are refused. A fuzzer driven by it can create trials.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import types
 import typing
 from enum import Enum
@@ -9,6 +17,9 @@ from typing import Any
 
 import attrs
 
+from relax_gym_core.bridge import CAPABILITY_TAG
+from relax_gym_core.bridge.routes import RESOURCES
+from relax_gym_core.gateway.config import GatewaySettings
 from relax_gym_core.protocol import (
     PROTOCOL_VERSION,
     CreateTrialRequest,
@@ -16,6 +27,7 @@ from relax_gym_core.protocol import (
     ServiceHealth,
     TrialSnapshot,
 )
+from relax_gym_core.protocol.types import REQUEST_ID_RULE, SCHEMA
 
 _PRIMITIVES: dict[Any, dict[str, Any]] = {
     str: {"type": "string"},
@@ -25,100 +37,250 @@ _PRIMITIVES: dict[Any, dict[str, Any]] = {
     type(None): {"type": "null"},
     Any: {},
 }
+_JSON = "application/json"
 
 
-def _schema(tp: Any, components: dict[str, Any]) -> dict[str, Any]:
-    if tp in _PRIMITIVES:
-        return dict(_PRIMITIVES[tp])
-    if isinstance(tp, type) and issubclass(tp, Enum):
-        return {"type": "string", "enum": [member.value for member in tp]}
-    if isinstance(tp, type) and attrs.has(tp):
-        name = tp.__name__
-        if name not in components:
-            components[name] = {}  # placeholder breaks recursion
-            hints = typing.get_type_hints(tp)
-            fields = attrs.fields(tp)
-            components[name] = {
+class _Schemas:
+    """JSON Schemas of wire types, collected as components; `extra` adds rules this gateway imposes."""
+
+    def __init__(self, *, closed: bool, extra: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.components: dict[str, Any] = {}
+        self._closed = closed  # unknown keys refused: objects admit no other properties
+        self._extra = extra
+
+    def of(self, tp: Any) -> dict[str, Any]:
+        if tp in _PRIMITIVES:
+            return dict(_PRIMITIVES[tp])
+        if isinstance(tp, type) and issubclass(tp, Enum):
+            return {"type": "string", "enum": [member.value for member in tp]}
+        if isinstance(tp, type) and attrs.has(tp):
+            return self._component(tp)
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+        if origin in (types.UnionType, typing.Union):
+            return {"anyOf": [self.of(arg) for arg in args]}
+        if origin is dict:
+            return {"type": "object", "additionalProperties": self.of(args[1])}
+        if origin in (list, tuple):
+            return {"type": "array", "items": self.of(args[0])}
+        return {}
+
+    def _component(self, cls: type) -> dict[str, Any]:
+        name = cls.__name__
+        if name not in self.components:
+            self.components[name] = {}  # placeholder breaks recursion
+            hints = typing.get_type_hints(cls)
+            properties = {}
+            for f in attrs.fields(cls):
+                schema = self.of(hints[f.name])
+                schema.update(f.metadata.get(SCHEMA, {}))
+                schema.update(self._extra.get((name, f.name), {}))
+                properties[f.name] = schema
+            component: dict[str, Any] = {
                 "type": "object",
-                "properties": {f.name: _schema(hints[f.name], components) for f in fields},
-                "required": [f.name for f in fields if f.default is attrs.NOTHING],
+                "properties": properties,
+                "required": [f.name for f in attrs.fields(cls) if f.default is attrs.NOTHING],
             }
+            if self._closed and cls is not ErrorBody:
+                component["additionalProperties"] = False
+            self.components[name] = component
         return {"$ref": f"#/components/schemas/{name}"}
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (types.UnionType, typing.Union):
-        return {"anyOf": [_schema(arg, components) for arg in args]}
-    if origin is dict:
-        return {"type": "object", "additionalProperties": _schema(args[1], components)}
-    if origin in (list, tuple):
-        return {"type": "array", "items": _schema(args[0], components)}
-    return {}
 
 
-def _body(ref: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": ref}}}
+def _body(schema: dict[str, Any], description: str, media: str = _JSON) -> dict[str, Any]:
+    return {"description": description, "content": {media: {"schema": schema}}}
 
 
-def build_openapi() -> dict[str, Any]:
-    components: dict[str, Any] = {}
-    create = _schema(CreateTrialRequest, components)
-    snapshot = _schema(TrialSnapshot, components)
-    error = _schema(ErrorBody, components)
-    health = _schema(ServiceHealth, components)
-    request_id = {"name": "request_id", "in": "path", "required": True, "schema": {"type": "string"}}
-    errors = {
-        "404": _body(error, "unknown or expired trial"),
-        "422": _body(error, "invalid request"),
-    }
+def _callback_example_url(settings: GatewaySettings) -> str:
+    """A base_url the callback allowlist accepts, for the create example."""
+    policy = settings.callback_policy
+    if policy is not None and policy.hosts:
+        return f"http://{sorted(policy.hosts)[0]}:9/v1"
+    if policy is not None and policy.networks:
+        network = policy.networks[0]
+        address = network.network_address if network.num_addresses == 1 else next(network.hosts())
+        host = f"[{address}]" if isinstance(address, ipaddress.IPv6Address) else str(address)
+        return f"http://{host}:9/v1"
+    return "http://127.0.0.1:9/v1"
+
+
+def _create_example(settings: GatewaySettings) -> dict[str, Any]:
+    spec = settings.environments[0]
     return {
+        "protocol_version": PROTOCOL_VERSION,
+        "request_id": "openapi-example-1",
+        "session": {"session_id": "example-session", "group_id": "example-group", "rollout_mode": "train"},
+        "environment": {
+            "name": spec.environment,
+            "config": spec.config,
+            "task": {"messages": [{"role": "user", "content": "hello"}]},
+        },
+        "model_endpoint": {
+            "base_url": _callback_example_url(settings),
+            "api_key": "example-key",
+            "model": "m",
+        },
+        "interrupt_policy": spec.admission.interrupt_policy.value,
+        "deadline_s": min(60.0, spec.admission.max_deadline_s),
+        "lease_s": 60,
+    }
+
+
+def build_openapi(settings: GatewaySettings) -> dict[str, Any]:
+    specs = settings.environments
+    extra: dict[tuple[str, str], dict[str, Any]] = {
+        ("EnvironmentRef", "name"): {"enum": sorted({spec.environment for spec in specs})},
+        ("EnvironmentRef", "config"): {"enum": sorted({spec.config for spec in specs})},
+        ("CreateTrialRequest", "deadline_s"): {"maximum": max(s.admission.max_deadline_s for s in specs)},
+    }
+    schemas = _Schemas(closed=settings.unknown_keys == "refuse", extra=extra)
+    create = schemas.of(CreateTrialRequest)
+    snapshot = schemas.of(TrialSnapshot)
+    error = schemas.of(ErrorBody)
+    health = schemas.of(ServiceHealth)
+    too_large = _body(error, "request body over its cap (RELAX_GYM_MAX_*_BYTES)")
+    guarded = settings.api_token is not None
+
+    def trial_op(summary: str, responses: dict[str, Any], **more: Any) -> dict[str, Any]:
+        op: dict[str, Any] = {"summary": summary, "responses": dict(responses), **more}
+        if guarded:
+            op["security"] = [{"bearer": []}]
+            op["responses"]["401"] = _body(error, "missing or wrong API token (RELAX_GYM_API_TOKEN)")
+        return op
+
+    request_id = {
+        "name": "request_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", **REQUEST_ID_RULE[SCHEMA]},
+    }
+    not_found = _body(error, "unknown or expired trial")
+    poll_link = {
+        "GetTrial": {
+            "operationId": "getTrial",
+            "parameters": {"request_id": "$response.body#/request_id"},
+        }
+    }
+    paths: dict[str, Any] = {
+        "/v1/trials": {
+            "post": trial_op(
+                "Create a trial (idempotent by request_id)",
+                {
+                    "202": {**_body(snapshot, "trial snapshot"), "links": poll_link},
+                    "400": _body(error, "bad JSON, unregistered environment, policy or deadline mismatch"),
+                    "409": _body(error, "request_id reused with a different payload"),
+                    "413": too_large,
+                    "422": _body(error, "invalid request (names the field)"),
+                    "429": _body(error, "environment queue is full; see Retry-After"),
+                    "503": _body(error, "gateway is shutting down"),
+                },
+                operationId="createTrial",
+                requestBody={
+                    "required": True,
+                    "content": {_JSON: {"schema": create, "example": _create_example(settings)}},
+                },
+            )
+        },
+        "/v1/trials/{request_id}": {
+            "get": trial_op(
+                "Poll a trial",
+                {"200": _body(snapshot, "trial snapshot"), "404": not_found},
+                operationId="getTrial",
+                parameters=[request_id],
+            )
+        },
+        "/v1/trials/{request_id}/renew": {
+            "post": trial_op(
+                "Extend the trial's lease",
+                {"204": {"description": "lease renewed"}, "404": not_found, "413": too_large},
+                parameters=[request_id],
+            )
+        },
+        "/v1/trials/{request_id}/abort": {
+            "post": trial_op(
+                "Abort a trial (idempotent); poll for the terminal state",
+                {"202": _body(snapshot, "trial snapshot"), "404": not_found, "413": too_large},
+                parameters=[request_id],
+            )
+        },
+        "/healthz": {"get": {"summary": "Liveness and counters", "responses": {"200": _body(health, "ok")}}},
+        "/readyz": {
+            "get": {
+                "summary": "Readiness",
+                "responses": {"200": _body(health, "ready"), "503": _body(health, "not ready")},
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics",
+                "responses": {"200": _body({"type": "string"}, "exposition text", "text/plain")},
+            }
+        },
+        "/openapi.json": {
+            "get": {"summary": "This document", "responses": {"200": _body({"type": "object"}, "OpenAPI")}}
+        },
+    }
+    if settings.callback_policy is not None:
+        paths.update(_model_call_paths(error, too_large, settings.limits.max_model_call_bytes))
+    document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "relax-gym gateway", "version": PROTOCOL_VERSION},
-        "paths": {
-            "/v1/trials": {
-                "post": {
-                    "summary": "Create a trial (idempotent by request_id)",
-                    "requestBody": {"required": True, "content": {"application/json": {"schema": create}}},
-                    "responses": {
-                        "202": _body(snapshot, "trial snapshot"),
-                        "400": _body(
-                            error, "bad JSON, unregistered environment, policy or deadline mismatch"
-                        ),
-                        "409": _body(error, "request_id reused with a different payload"),
-                        "422": _body(error, "invalid request"),
-                        "429": _body(error, "environment queue is full; see Retry-After"),
-                    },
-                }
-            },
-            "/v1/trials/{request_id}": {
-                "get": {
-                    "summary": "Poll a trial",
-                    "parameters": [request_id],
-                    "responses": {"200": _body(snapshot, "trial snapshot"), **errors},
-                }
-            },
-            "/v1/trials/{request_id}/renew": {
-                "post": {
-                    "summary": "Extend the trial's lease",
-                    "parameters": [request_id],
-                    "responses": {"204": {"description": "lease renewed"}, **errors},
-                }
-            },
-            "/v1/trials/{request_id}/abort": {
-                "post": {
-                    "summary": "Abort a trial (idempotent); poll for the terminal state",
-                    "parameters": [request_id],
-                    "responses": {"202": _body(snapshot, "trial snapshot"), **errors},
-                }
-            },
-            "/healthz": {
-                "get": {"summary": "Liveness and counters", "responses": {"200": _body(health, "ok")}}
-            },
-            "/readyz": {
-                "get": {
-                    "summary": "Readiness",
-                    "responses": {"200": _body(health, "ready"), "503": _body(health, "not ready")},
-                }
-            },
-        },
-        "components": {"schemas": components},
+        "paths": paths,
+        "components": {"schemas": schemas.components},
     }
+    if guarded:
+        document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    return document
+
+
+def _model_call_paths(error: dict[str, Any], too_large: dict[str, Any], cap: int) -> dict[str, Any]:
+    """The bridge's routes: authorised by the trial's capability, never by the API token."""
+    call = {
+        "type": "object",
+        "description": f"an OpenAI Chat / Responses or Anthropic Messages request body (at most {cap} bytes)",
+        "properties": {
+            "stream": {"type": "boolean"},
+            "metadata": {"type": "object", "properties": {CAPABILITY_TAG: {"type": "string"}}},
+        },
+    }
+    answers = {
+        "200": {
+            "description": "the upstream model API's answer (JSON, or buffered SSE for stream: true)",
+            "content": {_JSON: {"schema": {}}, "text/event-stream": {"schema": {"type": "string"}}},
+        },
+        "400": _body(error, "the body is not JSON"),
+        "404": _body(error, "an un-prefixed call carries no capability in metadata." + CAPABILITY_TAG),
+        "410": _body(error, "the capability is unknown or its trial is no longer active"),
+        "413": too_large,
+        "422": _body(error, "the body is not a JSON object, or holds invalid Unicode"),
+        "502": _body(error, "the upstream model API failed"),
+        "default": {"description": "the upstream model API's own error answer, passed through"},
+    }
+    rollout_id = {"name": "rollout_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    paths: dict[str, Any] = {
+        "/ng-rollout/{rollout_id}/api/hello": {
+            "get": {
+                "summary": "Base URL probe (Claude Code)",
+                "parameters": [rollout_id],
+                "responses": {"200": {"description": "ok"}},
+            }
+        }
+    }
+    for resource in RESOURCES:
+        body = {"required": True, "content": {_JSON: {"schema": call}}}
+        paths[f"/ng-rollout/{{rollout_id}}/v1/{resource}"] = {
+            "post": {
+                "summary": f"Model call ({resource}) of the trial whose capability is in the path",
+                "parameters": [rollout_id],
+                "requestBody": body,
+                "responses": answers,
+            }
+        }
+        paths[f"/v1/{resource}"] = {
+            "post": {
+                "summary": f"Model call ({resource}) with the capability in metadata.{CAPABILITY_TAG}",
+                "requestBody": body,
+                "responses": answers,
+            }
+        }
+    return paths

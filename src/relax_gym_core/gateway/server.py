@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import resource
 import signal
 import socket
 import sys
@@ -12,6 +15,12 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
+from relax_gym_core.gateway.config import Limits
+from relax_gym_core.gateway.connections import ConnectionGuard, guarded_protocol
+
+logger = logging.getLogger("relax_gym.gateway")
+DEFAULT_LIMITS = Limits()
+
 LISTENING_LINE = "relax-gym gateway listening on {url}"
 
 
@@ -19,7 +28,9 @@ def _exit_on_sigterm(_signum: int, _frame: object) -> None:
     raise SystemExit(128 + signal.SIGTERM)
 
 
-def run(app: Starlette, sock: socket.socket, *, log_level: str = "warning") -> None:
+def run(
+    app: Starlette, sock: socket.socket, *, log_level: str = "warning", limits: Limits = DEFAULT_LIMITS
+) -> None:
     """Serve on uvloop when installed (the gateway extra has it): about half the CPU per request.
 
     uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal; with this SIGTERM
@@ -33,7 +44,27 @@ def run(app: Starlette, sock: socket.socket, *, log_level: str = "warning") -> N
         loop_factory: Any = uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is part of the gateway extra
         loop_factory = None
-    asyncio.run(serve(app, sock, log_level=log_level), loop_factory=loop_factory)
+    asyncio.run(serve(app, sock, log_level=log_level, limits=limits), loop_factory=loop_factory)
+
+
+FD_RESERVE = 64  # descriptors for everything but client connections: listeners, logs, runtime files
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's descriptor limit to its hard limit (1024 is a common soft default); return it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    return soft
+
+
+def connection_cap(configured: int, fd_limit: int) -> int:
+    """At most half the descriptors go to client connections: each model call also holds one upstream."""
+    if fd_limit == resource.RLIM_INFINITY:
+        return configured
+    return max(1, min(configured, (fd_limit - FD_RESERVE) // 2))
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -54,13 +85,31 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-async def serve(app: Starlette, sock: socket.socket, *, log_level: str = "warning") -> None:
+async def serve(
+    app: Starlette, sock: socket.socket, *, log_level: str = "warning", limits: Limits = DEFAULT_LIMITS
+) -> None:
     """Serve until SIGINT/SIGTERM; print the listening line once the app has started (lifespan done)."""
+    max_connections = connection_cap(limits.max_connections, raise_fd_limit())
+    if max_connections < limits.max_connections:
+        logger.warning(
+            "RELAX_GYM_MAX_CONNECTIONS lowered to %d: half of this process's file descriptor limit",
+            max_connections,
+        )
+    guard = ConnectionGuard(
+        header_timeout_s=limits.header_timeout_s,
+        body_timeout_s=limits.body_timeout_s,
+        max_connections=max_connections,
+    )
     config = uvicorn.Config(
         app,
+        http=guarded_protocol(guard),
         log_level=log_level,
         access_log=False,
-        timeout_graceful_shutdown=30,
+        timeout_keep_alive=limits.keepalive_timeout_s,
+        # Beyond the cap (once no connection waiting for a head can be closed instead) requests get 503.
+        limit_concurrency=max_connections + 1,
+        # Open requests get part of the shutdown budget; the lifespan's trial aborts get the rest.
+        timeout_graceful_shutdown=limits.drain_s,
         lifespan="on",
         # No X-Forwarded-* rewriting: nothing here reads the client address, and it costs every request.
         proxy_headers=False,

@@ -6,6 +6,7 @@ from relax_gym_core.protocol.converter import (
     parse_snapshot,
     request_to_wire,
     structure,
+    unknown_keys,
     unstructure,
 )
 from relax_gym_core.protocol.types import (
@@ -41,5 +42,6 @@ __all__ = [
     "parse_snapshot",
     "request_to_wire",
     "structure",
+    "unknown_keys",
     "unstructure",
 ]

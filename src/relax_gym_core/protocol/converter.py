@@ -6,6 +6,8 @@ ProtocolError whose message names the field, never a 500.
 
 from __future__ import annotations
 
+import functools
+import typing
 from enum import Enum
 from typing import Any
 
@@ -104,6 +106,12 @@ def _attrs_hook_factory(cls: type) -> Any:
 
 converter.register_structure_hook_factory(attrs.has, _attrs_hook_factory)
 
+# Free-form JSON fields (tasks, metadata, params, metrics) were checked to be finite JSON when they were
+# made, so they unstructure as they are: walking them value by value cost seconds for large tasks, on the
+# event loop, for every create (the replay fingerprint unstructures the request).
+for _blob in (dict[str, Any], dict[str, Any] | None, float | dict[str, Any] | None):
+    converter.register_unstructure_hook_func(_is(_blob), lambda value: value)
+
 
 def _format(exc: BaseException, _type: Any) -> str:
     if isinstance(exc, FieldError):
@@ -142,6 +150,36 @@ def structure[T](data: Any, cls: type[T], *, name: str = "request") -> T:
         return converter.structure(data, cls)
     except Exception as exc:  # noqa: BLE001 - every shape of bad input must become a 422, never a 500
         raise ProtocolError(_message(exc, name)) from None
+
+
+@functools.cache
+def _nested_types(cls: type) -> tuple[frozenset[str], dict[str, type]]:
+    """A wire type's field names, and the fields that are wire types themselves."""
+    hints = typing.get_type_hints(cls)
+    names = frozenset(f.name for f in attrs.fields(cls))
+    return names, {name: hints[name] for name in names if attrs.has(hints[name])}
+
+
+def unknown_keys(data: Any, cls: type) -> list[str]:
+    """Dotted paths of the keys in `data` that no field of `cls` (or of its nested wire types) names.
+
+    relax-nemo-gym/v1 lets a newer client send additive fields, so structure() ignores them; callers use
+    this to make a typo such as "deadline" visible. Free-form objects (task, metadata, ...) are not looked
+    into.
+    """
+    found: list[str] = []
+    stack: list[tuple[Any, type, str]] = [(data, cls, "")]
+    while stack:
+        value, kind, prefix = stack.pop()
+        if not isinstance(value, dict):
+            continue
+        names, nested = _nested_types(kind)
+        for key, item in value.items():
+            if key not in names:
+                found.append(f"{prefix}{key}")
+            elif key in nested:
+                stack.append((item, nested[key], f"{prefix}{key}."))
+    return sorted(found)
 
 
 def unstructure(value: Any) -> Any:

@@ -23,9 +23,35 @@ REQUEST_ID_MAX_LEN: Final = 256
 _REQUEST_ID_RE: Final = re.compile(r"[A-Za-z0-9._~-]+")
 # RFC 7230 token characters; header names outside this set would let a client smuggle headers upstream.
 _TCHAR_RE: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Header values every upstream client sends unchanged: visible ASCII, with spaces and tabs inside only
+# (clients strip or refuse them at the ends). Anything else made each bridged call fail with an error
+# that quoted the value, i.e. the session's key.
+_VISIBLE: Final = r"[\x21-\x7e]"
+_INNER: Final = r"[\t\x20-\x7e]"
+_HEADER_VALUE_RE: Final = re.compile(rf"(?:{_VISIBLE}(?:{_INNER}*{_VISIBLE})?)?")
+_API_KEY_RE: Final = re.compile(rf"{_VISIBLE}(?:{_INNER}*{_VISIBLE})?")
+_KEY_PREFIX_RE: Final = re.compile(rf"(?:{_VISIBLE}{_INNER}*)?")
+_NON_BLANK_RE: Final = re.compile(r"\S")
+_HTTP_URL_RE: Final = re.compile(r"[Hh][Tt][Tt][Pp][Ss]?://[^/?#]")
 FORBIDDEN_HEADERS: Final = frozenset(
     {"connection", "content-length", "host", "proxy-authenticate", "proxy-authorization", "transfer-encoding"}
 )
+
+# attrs field metadata key: the JSON Schema keywords that state a field's rule, published by the gateway's
+# OpenAPI document. Validators below check the same patterns, so the document and the checks cannot drift
+# (base_url's pattern states only its scheme and host: the URL parser and the allowlist say the rest).
+SCHEMA: Final = "json_schema"
+
+
+def _anchored(regex: re.Pattern[str]) -> str:
+    return f"^(?:{regex.pattern})$"
+
+
+def _rule(**keywords: Any) -> dict[str, Any]:
+    return {SCHEMA: keywords}
+
+
+_NON_BLANK_RULE: Final = _rule(pattern=_NON_BLANK_RE.pattern)
 
 
 class TrialStatus(StrEnum):
@@ -75,18 +101,23 @@ def split_http_url(value: str) -> SplitResult | None:
 
 def _non_empty_str(name: str) -> Any:
     def check(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
-        if not isinstance(value, str) or not value.strip():
+        if not isinstance(value, str) or not _NON_BLANK_RE.search(value):
             raise FieldError(f"{name} must be a non-empty string")
 
     return check
 
 
-def _single_line_str(name: str) -> Any:
+def _header_text(name: str, regex: re.Pattern[str], rule: str) -> Any:
+    """A string sent in an HTTP header upstream; the message never quotes the value (it is a secret)."""
+
     def check(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
-        if not isinstance(value, str) or "\r" in value or "\n" in value:
-            raise FieldError(f"{name} must be a single-line string")
+        if not isinstance(value, str) or not regex.fullmatch(value):
+            raise FieldError(f"{name} must be {rule} (it is sent as an HTTP header value)")
 
     return check
+
+
+_HEADER_VALUE_RULE: Final = "printable ASCII without spaces at either end"
 
 
 def json_object(name: str) -> Any:
@@ -119,6 +150,9 @@ def _header_name(name: str) -> Any:
             raise FieldError(f"{name} must not be a hop-by-hop or framing header")
 
     return check
+
+
+REQUEST_ID_RULE: Final = _rule(minLength=1, maxLength=REQUEST_ID_MAX_LEN, pattern=_anchored(_REQUEST_ID_RE))
 
 
 def _check_request_id(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
@@ -176,18 +210,28 @@ def _to_float(value: Any) -> Any:
 class SessionInfo:
     """The Relax session the trial belongs to. session_id is a credential in practice: never printed."""
 
-    session_id: str = field(repr=False, validator=_non_empty_str("session.session_id"))
-    group_id: str = field(converter=_shared, validator=_non_empty_str("session.group_id"))
-    rollout_mode: str = field(converter=_shared, validator=_non_empty_str("session.rollout_mode"))
-    attempt: int = field(default=1, validator=_check_attempt)
+    session_id: str = field(
+        repr=False, validator=_non_empty_str("session.session_id"), metadata=_NON_BLANK_RULE
+    )
+    group_id: str = field(
+        converter=_shared, validator=_non_empty_str("session.group_id"), metadata=_NON_BLANK_RULE
+    )
+    rollout_mode: str = field(
+        converter=_shared, validator=_non_empty_str("session.rollout_mode"), metadata=_NON_BLANK_RULE
+    )
+    attempt: int = field(default=1, validator=_check_attempt, metadata=_rule(minimum=1))
 
 
 @frozen(kw_only=True)
 class EnvironmentRef:
     """Which registered (environment, config) runs the task, and the task itself."""
 
-    name: str = field(converter=_shared, validator=_non_empty_str("environment.name"))
-    config: str = field(converter=_shared, validator=_non_empty_str("environment.config"))
+    name: str = field(
+        converter=_shared, validator=_non_empty_str("environment.name"), metadata=_NON_BLANK_RULE
+    )
+    config: str = field(
+        converter=_shared, validator=_non_empty_str("environment.config"), metadata=_NON_BLANK_RULE
+    )
     task: dict[str, Any] = field(validator=json_object("environment.task"))
 
 
@@ -195,16 +239,40 @@ class EnvironmentRef:
 class ModelEndpoint:
     """The trainer's per-session model API the bridge forwards model calls to."""
 
-    base_url: str = field(converter=_shared, validator=_non_empty_str("model_endpoint.base_url"))
-    api_key: str = field(repr=False, validator=_non_empty_str("model_endpoint.api_key"))
-    model: str = field(converter=_shared, validator=_non_empty_str("model_endpoint.model"))
+    base_url: str = field(
+        converter=_shared,
+        validator=_non_empty_str("model_endpoint.base_url"),
+        metadata=_rule(pattern=f"^{_HTTP_URL_RE.pattern}"),
+    )
+    api_key: str = field(
+        repr=False,
+        validator=_header_text("model_endpoint.api_key", _API_KEY_RE, _HEADER_VALUE_RULE),
+        metadata=_rule(pattern=_anchored(_API_KEY_RE)),
+    )
+    model: str = field(
+        converter=_shared, validator=_non_empty_str("model_endpoint.model"), metadata=_NON_BLANK_RULE
+    )
     api_key_header: str = field(
-        default="Authorization", validator=_header_name("model_endpoint.api_key_header")
+        default="Authorization",
+        validator=_header_name("model_endpoint.api_key_header"),
+        metadata=_rule(pattern=_anchored(_TCHAR_RE)),
     )
     api_key_prefix: str = field(
-        default="Bearer ", repr=False, validator=_single_line_str("model_endpoint.api_key_prefix")
+        default="Bearer ",
+        repr=False,
+        validator=_header_text(
+            "model_endpoint.api_key_prefix", _KEY_PREFIX_RE, "printable ASCII without spaces at its start"
+        ),
+        metadata=_rule(pattern=_anchored(_KEY_PREFIX_RE)),
     )
-    headers: dict[str, str] = field(factory=dict, repr=False)
+    headers: dict[str, str] = field(
+        factory=dict,
+        repr=False,
+        metadata=_rule(
+            propertyNames={"pattern": _anchored(_TCHAR_RE)},
+            additionalProperties={"type": "string", "pattern": _anchored(_HEADER_VALUE_RE)},
+        ),
+    )
 
     @base_url.validator
     def _check_base_url(self, _attr: attrs.Attribute[str], value: str) -> None:
@@ -217,10 +285,12 @@ class ModelEndpoint:
         if not isinstance(value, dict):
             raise FieldError("model_endpoint.headers must be a JSON object of strings")
         name_check = _header_name("model_endpoint.headers")
-        value_check = _single_line_str("model_endpoint.headers values")
         for key, item in value.items():
             name_check(self, _attr, key)
-            value_check(self, _attr, item)
+            # The name is a checked token, safe to quote; the value may be a credential and is not quoted.
+            _header_text(f"model_endpoint.headers[{key!r}]", _HEADER_VALUE_RE, _HEADER_VALUE_RULE)(
+                self, _attr, item
+            )
             if key.lower() == self.api_key_header.lower():
                 raise FieldError("model_endpoint.headers must not override api_key_header")
 
@@ -239,15 +309,27 @@ class Generation:
 class CreateTrialRequest:
     """Body of POST /v1/trials."""
 
-    protocol_version: str = field(converter=_shared, validator=_check_protocol)
-    request_id: str = field(validator=_check_request_id)
+    protocol_version: str = field(
+        converter=_shared, validator=_check_protocol, metadata=_rule(enum=[PROTOCOL_VERSION])
+    )
+    request_id: str = field(validator=_check_request_id, metadata=REQUEST_ID_RULE)
     session: SessionInfo
     environment: EnvironmentRef
     model_endpoint: ModelEndpoint
     interrupt_policy: InterruptPolicy
     generation: Generation = field(factory=Generation)
-    deadline_s: float = field(default=1800.0, converter=_to_float, validator=_positive_finite("deadline_s"))
-    lease_s: float = field(default=60.0, converter=_to_float, validator=_positive_finite("lease_s"))
+    deadline_s: float = field(
+        default=1800.0,
+        converter=_to_float,
+        validator=_positive_finite("deadline_s"),
+        metadata=_rule(exclusiveMinimum=0),
+    )
+    lease_s: float = field(
+        default=60.0,
+        converter=_to_float,
+        validator=_positive_finite("lease_s"),
+        metadata=_rule(exclusiveMinimum=0),
+    )
     metadata: dict[str, Any] = field(factory=dict, validator=json_object("metadata"))
 
 
@@ -286,8 +368,10 @@ def check_artifact_ref(_inst: object, _attr: attrs.Attribute[Any], value: object
 class TrialSnapshot:
     """The public view of one trial (body of create, get and abort)."""
 
-    protocol_version: str = field(converter=_shared, validator=_check_protocol)
-    request_id: str = field(validator=_check_request_id)
+    protocol_version: str = field(
+        converter=_shared, validator=_check_protocol, metadata=_rule(enum=[PROTOCOL_VERSION])
+    )
+    request_id: str = field(validator=_check_request_id, metadata=REQUEST_ID_RULE)
     status: TrialStatus
     reward: float | dict[str, Any] | None = field(default=None, validator=check_reward)
     metrics: dict[str, Any] = field(factory=dict, validator=json_object("metrics"))

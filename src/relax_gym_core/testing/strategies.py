@@ -81,7 +81,8 @@ def model_endpoints(draw: st.DrawFn) -> ModelEndpoint:
     header_names = st.text(_TOKEN_CHARS, min_size=1, max_size=12).filter(
         lambda name: name.lower() not in FORBIDDEN_HEADERS
     )
-    single_line = st.text(max_size=16).filter(lambda text: "\r" not in text and "\n" not in text)
+    # What an HTTP header value carries unchanged (the wire types refuse anything else, naming the field).
+    header_text = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=16)
     host = draw(
         st.builds(
             "{}{}{}".format,
@@ -93,16 +94,16 @@ def model_endpoints(draw: st.DrawFn) -> ModelEndpoint:
     api_key_header = draw(header_names)
     headers = draw(
         st.dictionaries(
-            header_names.filter(lambda name: name.lower() != api_key_header.lower()), single_line, max_size=3
+            header_names.filter(lambda name: name.lower() != api_key_header.lower()), header_text, max_size=3
         )
     )
     return ModelEndpoint(
         base_url=f"{draw(st.sampled_from(['http', 'https']))}://{host}{draw(st.sampled_from(['', ':8000']))}"
         + draw(st.sampled_from(["", "/v1", "/api/v1/"])),
-        api_key=draw(_non_blank()),
+        api_key=draw(st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=16)),
         model=draw(_non_blank()),
         api_key_header=api_key_header,
-        api_key_prefix=draw(single_line),
+        api_key_prefix=draw(st.sampled_from(["Bearer ", "Token ", "", "Key\t"])),
         headers=headers,
     )
 
