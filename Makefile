@@ -15,7 +15,12 @@ export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export RELAX_GYM_UV := $(abspath $(UV))
 
-.PHONY: test demo lint typecheck bench env gym clean
+# Plugin distributions (a directory under plugins/ without a pyproject.toml is not one yet).
+PLUGINS := $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml)))
+# Extra packages a plugin's NeMo Gym servers need (pip requirement lines), compiled into the one lock.
+GYM_EXTRAS := $(sort $(wildcard plugins/*/nemo-gym-requirements.txt))
+
+.PHONY: test test-fast demo lint typecheck bench env gym gym-lock clean
 
 $(UV):
 	@test -x "$(PYTHON312)" || { echo "Python 3.12 not found at $(PYTHON312); set PYTHON312=/path/to/python3.12" >&2; exit 1; }
@@ -25,21 +30,34 @@ $(VENV)/.synced: $(UV) pyproject.toml uv.lock $(wildcard plugins/*/pyproject.tom
 	$(UV) sync --python "$(PYTHON312)" --all-extras --all-packages --locked
 	@touch $@
 
+# One sync: the lock's pins plus our packages, editable (sync installs exactly these, no dependencies), so
+# nothing goes missing meanwhile for a test run using the environment.
 $(GYM_VENV)/.synced: $(UV) nemo-gym/requirements.txt pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	test -x $(GYM_VENV)/bin/python || $(UV) venv --quiet --python "$(PYTHON312)" $(GYM_VENV)
-	$(UV) pip sync --quiet --python $(GYM_VENV)/bin/python nemo-gym/requirements.txt
-	$(UV) pip install --quiet --python $(GYM_VENV)/bin/python --no-deps -e . $(addprefix -e ,$(wildcard plugins/*))
+	$(UV) pip sync --quiet --python $(GYM_VENV)/bin/python --no-sources nemo-gym/requirements.txt \
+		<(printf -- '-e %s\n' $(abspath . $(PLUGINS)))
 	@touch $@
 
 gym: $(GYM_VENV)/.synced
+
+# Re-pin nemo-gym/requirements.txt after editing requirements.in or a plugin's nemo-gym-requirements.txt
+# (tests/packaging/test_gym_lock.py fails until the lock covers every plugin's requirement).
+gym-lock: | $(UV)
+	$(UV) pip compile --quiet nemo-gym/requirements.in $(GYM_EXTRAS) --universal --python-version 3.12 \
+		-o nemo-gym/requirements.txt
 
 uv.lock: pyproject.toml $(wildcard plugins/*/pyproject.toml) | $(UV)
 	$(UV) lock --python "$(PYTHON312)"
 
 env: $(VENV)/.synced
 
-test: env gym
+# Everything: lint and types first (seconds; they run here so they cannot rot), then every test.
+test: env gym lint typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# For development: no NeMo Gym servers, no real CLI end to end, nothing slow (markers e2e and slow).
+test-fast: env gym
+	$(PY) -m pytest -q -m "not e2e and not slow" $(PYTEST_ARGS)
 
 demo: env gym
 	$(PY) -m relax_gym_core.demo
@@ -54,6 +72,7 @@ typecheck: env
 bench: env gym
 	$(PY) bench/lifecycle.py
 	$(PY) bench/bridge.py
+	$(PY) bench/rollout.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .gym

@@ -1,26 +1,34 @@
 """`relax-gym probe`: every verifier probe of an environment scored by its REAL resources server (started in
-the NeMo Gym environment), mismatches and broken probes reported, exit codes that scripts can trust."""
+the NeMo Gym environment), mismatches and broken probes reported, exit codes that scripts can trust.
+
+The CLI starts its own server (that is what it is for); the scoring and the report are checked against the
+session's shared workplace verifier."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 import pytest
 
-from relax_gym_core.commands.probe import format_outcomes, run_probes
+from relax_gym_core.commands.probe import format_outcomes, score
 from relax_gym_core.environments import VerifierProbe, hookimpl, make_plugin_manager
+from relax_gym_core.testing.gym import Verifier
 
 pytest.importorskip("relax_gym_workplace")
+
+pytestmark = [pytest.mark.e2e, pytest.mark.nemo_gym("workplace_assistant")]
 
 ENV = "workplace_assistant"
 CLI = [str(Path(sys.executable).with_name("relax-gym"))]
 SAFETY_S = 300  # guards against hangs only
 
 
+@pytest.mark.slow  # starts its own resources server
 def test_the_cli_scores_every_workplace_probe_as_expected() -> None:
     result = subprocess.run(
         [*CLI, "probe", ENV, "--json"], capture_output=True, text=True, timeout=SAFETY_S, check=False
@@ -46,10 +54,11 @@ class Liar:
         return [flipped, *self.honest[1:3], broken]
 
 
-def test_mismatches_and_rejected_probes_are_reported() -> None:
+def test_mismatches_and_rejected_probes_are_reported(relax_gym_verifier: Callable[..., Verifier]) -> None:
     honest = make_plugin_manager().verifier_probes(ENV)
     hooks = make_plugin_manager(plugins=[("liar", Liar(honest))])
-    outcomes = run_probes(hooks, ENV)
+    verifier = relax_gym_verifier(ENV)
+    outcomes = [score(probe, verifier.post) for probe in hooks.verifier_probes(ENV)]
     assert [(o.name, o.ok) for o in outcomes] == [
         ("flipped", False),
         (honest[1].name, True),

@@ -12,9 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from relax_gym_core.testing.web import start_up
+from relax_gym_core.testing.web import GatewayProcess
 
 pytest.importorskip("relax_gym_workplace")
+
+pytestmark = pytest.mark.e2e  # the real CLI
 
 
 def alive(pid: int) -> bool:
@@ -25,16 +27,20 @@ def alive(pid: int) -> bool:
     return "State:\tZ" not in status  # a zombie has exited
 
 
+@pytest.mark.slow  # each test stops an `up` of its own (started early, while other tests run)
+@pytest.mark.nemo_gym("workplace_assistant")
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_up_serves_and_stops_everything_it_started(stop: signal.Signals) -> None:
-    with start_up(["workplace_assistant"]) as gateway:
-        pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", "\n".join(gateway.output))]
-        assert len(pids) == 2  # the resources server and the agent
-        assert all(alive(pid) for pid in pids)
-        ready = httpx.get(f"{gateway.url}/readyz", trust_env=False, timeout=30).json()
-        assert ready["ready"] is True  # readiness includes the servers' own liveness
-        gateway.process.send_signal(stop)
-        assert gateway.process.wait(timeout=120) != 0
+def test_up_serves_and_stops_everything_it_started(
+    stop: signal.Signals, relax_gym_fresh_up: GatewayProcess
+) -> None:
+    gateway = relax_gym_fresh_up
+    pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", "\n".join(gateway.output))]
+    assert len(pids) == 2  # the resources server and the agent
+    assert all(alive(pid) for pid in pids)
+    ready = httpx.get(f"{gateway.url}/readyz", trust_env=False, timeout=30).json()
+    assert ready["ready"] is True  # readiness includes the servers' own liveness
+    gateway.process.send_signal(stop)
+    assert gateway.process.wait(timeout=120) != 0
     assert not any(alive(pid) for pid in pids)
 
 

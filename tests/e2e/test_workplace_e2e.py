@@ -1,8 +1,8 @@
 """Workplace Assistant end to end: real NeMo Gym servers (started by `relax-gym up`), the real gateway and
 thin client, and a scripted policy standing in for Relax's per-session model API (no LLM runs here).
 
-The servers are started once for the module; every test uses its own session tokens, and the policy
-answers each request according to the trial its token belongs to.
+The servers are the session's shared `relax-gym up workplace_assistant`; every test uses its own session
+tokens, and the policy answers each request according to the trial its token belongs to.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from relax_gym_core.testing import (
     reply_tool_calls,
 )
 from relax_gym_core.testing.oracle import OracleScript
-from relax_gym_core.testing.web import ScriptedPolicy, start_up
+from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.nemo_gym("workplace_assistant")]
 
 relax_gym_workplace = pytest.importorskip("relax_gym_workplace")
 from relax_gym_workplace.data import example_rows  # noqa: E402
@@ -84,9 +84,8 @@ def policy() -> Iterator[Policy]:
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Any]:
-    with start_up(["workplace_assistant"]) as gateway:
-        yield gateway
+def stack(relax_gym_up: Callable[..., GatewayProcess]) -> GatewayProcess:
+    return relax_gym_up("workplace_assistant")
 
 
 @pytest.fixture(scope="module")
@@ -196,10 +195,18 @@ async def test_abort_mid_trial_is_aborted_with_cleanup_confirmed(
     assert snapshot.cleanup == "confirmed"
 
 
+async def resources_sessions(resources_url: str) -> tuple[int, int]:
+    async with httpx.AsyncClient(trust_env=False) as http:
+        sessions = (await http.get(f"{resources_url}/relax_gym/sessions")).json()
+    return sessions["sessions"], sessions["rollouts"]
+
+
+@pytest.mark.slow
 async def test_two_hundred_sequential_trials_leave_no_sessions(
     policy: Policy, stack: Any, resources_url: str
 ) -> None:
     row = example_rows()[0]
+    before = await resources_sessions(resources_url)  # the servers are shared: count what these trials add
     async with GatewayClient(stack.url, options=OPTIONS) as client:
         for _ in range(200):
             token = new_token()  # no behaviour: the policy just answers "Done."
@@ -209,9 +216,8 @@ async def test_two_hundred_sequential_trials_leave_no_sessions(
             # The last trials' cleanups may still run when the loop ends: count sessions once all settled.
             assert (await client.settled(request.request_id, timeout_s=60)).cleanup == "confirmed"
     async with httpx.AsyncClient(trust_env=False) as http:
-        sessions = (await http.get(f"{resources_url}/relax_gym/sessions")).json()
         health = (await http.get(f"{stack.url}/readyz")).json()
-    assert (sessions["sessions"], sessions["rollouts"]) == (0, 0)
+    assert await resources_sessions(resources_url) == before
     assert health["active_trials"] == 0
 
 

@@ -1,6 +1,6 @@
-"""Against the REAL servers: our resources server subclass and upstream's simple_agent, started once for
-this module in the NeMo Gym environment by run_gym_servers. The agent's model server is a stub that
-plays a scripted answer per test (no language model runs in tests)."""
+"""Against the REAL servers: our resources server subclass and upstream's simple_agent, started once per
+test session in the NeMo Gym environment (the relax_gym_servers fixture). The agent's model server is a
+stub that plays a scripted answer per test (no language model runs in tests)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,13 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from attrs import define, field
 from relax_gym_core.environments import Hooks, make_plugin_manager, verify_body
-from relax_gym_core.gym.processes import run_gym_servers
 from relax_gym_core.protocol import Generation
 from relax_gym_core.testing import check_probes
-from relax_gym_core.testing.web import serve_in_thread
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -31,6 +28,9 @@ from relax_gym_workplace.rows import normalise_row
 
 ENV = env.ENVIRONMENT
 Script = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+
+pytestmark = pytest.mark.nemo_gym(ENV)  # the shared servers start in the background, while earlier tests run
 
 
 @define
@@ -67,17 +67,12 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
+def stack(relax_gym_servers: Callable[..., Any]) -> Iterator[Stack]:
+    servers = relax_gym_servers(ENV)
     model = StubModel()
     app = Starlette(routes=[Route("/v1/responses", model.responses, methods=["POST"])])
-    with serve_in_thread(app) as server:
-        where = urlsplit(server.url)
-        assert where.hostname is not None
-        assert where.port is not None
-        with run_gym_servers(
-            env.DEFINITION.servers, gateway_host=where.hostname, gateway_port=where.port
-        ) as running:
-            yield Stack(running[env.RESOURCES_SERVER].url, running[env.AGENT].url, model)
+    with servers.model.serving(app):  # the servers' policy_model answers with this module's stub
+        yield Stack(servers.urls[env.RESOURCES_SERVER], servers.urls[env.AGENT], model)
 
 
 @pytest.fixture(autouse=True)
@@ -245,6 +240,7 @@ def test_a_seed_after_cleanup_is_refused(stack: Stack, rows: list[dict[str, Any]
     assert stack.model.requests == []
 
 
+@pytest.mark.slow
 def test_many_seed_and_verify_cycles_leave_no_session(stack: Stack, rows: list[dict[str, Any]]) -> None:
     row = normalise_row(rows[1])
     before = sessions(stack)
