@@ -116,7 +116,7 @@ def run_gateway() -> None:
         public_url=url_of(sock),
     )
     # Deterministic capabilities so the driver can address the trials it created, in order.
-    app = create_app(settings, new_rollout_id=lambda: f"{next(counter):032x}-0")
+    app = create_app(settings, new_capability=lambda: f"{next(counter):032x}-0")
     run(app, sock)
 
 

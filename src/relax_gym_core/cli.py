@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +19,7 @@ def _gateway_options(args: argparse.Namespace) -> dict[str, Any]:
         "callback_hosts": args.callback_host,
         "callback_networks": args.callback_network,
         "log_level": args.log_level,
+        "state_dir": args.state_dir,
     }
 
 
@@ -64,6 +66,79 @@ def _probe(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _rollout(args: argparse.Namespace) -> int:
+    from relax_gym_core.commands.rollout import RolloutOptions, rollout  # noqa: PLC0415
+
+    options = {key: getattr(args, key) for key in RolloutOptions.__annotations__ if hasattr(args, key)}
+    # The key is never a flag (it comes from --api-key-env), so the command line is safe to print back.
+    return rollout(RolloutOptions(**options, resume_command=shlex.join(["relax-gym", *args.argv])))
+
+
+def _report(args: argparse.Namespace) -> int:
+    from relax_gym_core.commands.report import report  # noqa: PLC0415
+
+    print(report(args.directories, output=args.output))  # noqa: T201
+    return 0
+
+
+def _add_rollout(commands: Any) -> None:
+    rollout = commands.add_parser(
+        "rollout",
+        help="run every row of a dataset K times as real trials against a model endpoint (resumable)",
+    )
+    rollout.add_argument(
+        "target",
+        nargs="?",
+        metavar="ENV[:CONFIG]",
+        help="where every row runs (leave out for a `relax-gym mix` file: each row's tag routes it)",
+    )
+    rollout.add_argument("--data", required=True, metavar="RELAX.jsonl", help="converted or mixed rows")
+    rollout.add_argument(
+        "--policy",
+        required=True,
+        metavar="URL|oracle[:P]",
+        help="an OpenAI- or Anthropic-compatible endpoint (vLLM, SGLang, a hosted API), or `oracle` (the "
+        "plugins' known-good answers; oracle:P answers known-bad at rate P)",
+    )
+    rollout.add_argument("--model", help="model name sent to the policy (default: the first it lists)")
+    rollout.add_argument(
+        "--api-key-env", metavar="VAR", help="environment variable holding the policy's API key"
+    )
+    rollout.add_argument("--repeats", type=int, default=1, metavar="K", help="trials per row (default 1)")
+    rollout.add_argument(
+        "--concurrency", type=int, default=8, metavar="C", help="trials in flight at once (default 8)"
+    )
+    rollout.add_argument("--limit", type=int, metavar="N", help="only the first N rows")
+    rollout.add_argument(
+        "--out", metavar="DIR", help="results (trials.jsonl, summary.json); default rollouts/<data name>"
+    )
+    rollout.add_argument("--gateway", metavar="URL", help="use this running gateway instead of starting one")
+    rollout.add_argument(
+        "--port", type=int, default=0, help="port of the gateway this command starts (default: a free one)"
+    )
+    rollout.add_argument(
+        "--deadline-s", type=float, default=900.0, help="deadline of each trial in seconds (default 900)"
+    )
+    rollout.add_argument("--seed", type=int, default=0, help="seed of oracle:P's known-bad draws (default 0)")
+    rollout.add_argument(
+        "--pass-threshold",
+        type=float,
+        default=1.0,
+        help="reward at or above which a trial counts as a pass for pass@k (default 1.0)",
+    )
+    rollout.set_defaults(run=_rollout)
+    report = commands.add_parser(
+        "report", help="one self-contained HTML report of a rollout directory, or two side by side"
+    )
+    report.add_argument("directories", nargs="+", metavar="DIR", help="one rollout --out, or two to compare")
+    report.add_argument(
+        "--output",
+        metavar="FILE.html",
+        help="where to write it (default DIR/report.html or DIR/compare.html)",
+    )
+    report.set_defaults(run=_report)
+
+
 def _add_gateway_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument(
@@ -84,6 +159,12 @@ def _add_gateway_options(parser: argparse.ArgumentParser) -> None:
         help="exact callback host name (repeatable; adds to $NEMO_GYM_CALLBACK_ALLOWED_HOSTS)",
     )
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="where the trial ledger lives (default: $RELAX_GYM_STATE_DIR, else "
+        "$XDG_DATA_HOME/relax-gym or ~/.local/share/relax-gym); ':memory:' keeps trials in memory only",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,11 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("environment", metavar="ENV", help="registered environment (see `relax-gym plugins`)")
     probe.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     probe.set_defaults(run=_probe)
+    _add_rollout(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     logging.basicConfig(
         level=getattr(logging, str(getattr(args, "log_level", "warning")).upper(), logging.WARNING)
     )
