@@ -46,13 +46,6 @@ def test_report_of_a_rollout_shows_its_summary_and_plots(
     assert "agent_error" in page  # the failed trials are listed with their failure
     assert 'src="http' not in page and "<script" not in page  # nothing to fetch: no server needed
 
-    # A second report replaces the first whole.
-    again = relax_gym("report", str(out), "--output", str(out / "report.html"))
-    assert again.returncode == 0, again.stderr
-    assert sorted(path.name for path in (out / "report_files").iterdir()) == sorted(
-        f"{n}.png" for n in embedded
-    )
-
 
 def test_report_of_something_else_is_one_clear_line(tmp_path: Path) -> None:
     result = relax_gym("report", str(tmp_path))

@@ -232,7 +232,13 @@ def rollout(options: RolloutOptions) -> int:
         watch: TrialWatch | None = None
         if gateway_url is None:
             # The web stack is imported only when this command serves the gateway itself.
-            from relax_gym_core.commands.rollout_gateway import TrialWatch, own_gateway  # noqa: PLC0415
+            try:
+                from relax_gym_core.commands.rollout_gateway import TrialWatch, own_gateway  # noqa: PLC0415
+            except ImportError as exc:
+                raise ConfigError(
+                    f"serving a gateway needs the gateway extra (pip install 'relax-gym-core[gateway]'), "
+                    f"or give one with --gateway URL ({exc})"
+                ) from None
 
             watch = TrialWatch()
             gateway_url = stack.enter_context(

@@ -161,9 +161,14 @@ def oracle_token(seed: int, bad_rate: float, line: int, repeat: int) -> str:
 def oracle_policy(hooks: Hooks, environments: Iterable[str], spec: OracleSpec, seed: int) -> Iterator[Policy]:
     """A real policy server in this process that answers each known row with its probe's known-good output
     (or, for trials drawn bad, a known-bad one): a whole rollout runs without any model."""
-    from relax_gym_core.testing.oracle import OracleScript  # noqa: PLC0415 - web stack only for the oracle
-    from relax_gym_core.testing.policy import ScriptedPolicy  # noqa: PLC0415
-    from relax_gym_core.testing.replies import RecordedRequest, ScriptedReply  # noqa: PLC0415
+    try:  # the web stack only for the oracle
+        from relax_gym_core.testing.oracle import OracleScript  # noqa: PLC0415
+        from relax_gym_core.testing.policy import ScriptedPolicy  # noqa: PLC0415
+        from relax_gym_core.testing.replies import RecordedRequest, ScriptedReply  # noqa: PLC0415
+    except ImportError as exc:
+        raise ConfigError(
+            f"--policy oracle serves a policy: pip install 'relax-gym-core[gateway]' ({exc})"
+        ) from None
 
     probes = [probe for name in sorted(set(environments)) for probe in hooks.verifier_probes(name)]
     good, bad = OracleScript(probes, reward=1.0), OracleScript(probes, reward=0.0)

@@ -180,6 +180,9 @@ def run_gym_servers(
                         stdout=sink,
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
+                        # A process group of its own: a terminal's Ctrl-C reaches only the command, which
+                        # aborts its trials (their cleanup proven by these servers) before stopping them.
+                        process_group=0,
                         env={
                             **os.environ,
                             "NEMO_GYM_CONFIG_DICT": json.dumps(config),
