@@ -35,7 +35,20 @@ def _model_request(api: str, messages: list[Any], stream: bool) -> dict[str, Any
     return {"model": "echo", "messages": messages, "stream": stream}
 
 
-class EchoHandle:
+class _NothingToRelease:
+    """An echo run allocates nothing outside the gateway: every cleanup step is confirmed at once."""
+
+    async def abort(self) -> CleanupResult:
+        return CLEANUP_CONFIRMED
+
+    async def force_cleanup(self) -> CleanupResult:
+        return CLEANUP_CONFIRMED
+
+    async def probe_cleanup(self) -> CleanupResult:
+        return CLEANUP_CONFIRMED
+
+
+class EchoHandle(_NothingToRelease):
     __slots__ = ("_calls", "_client", "_fail", "_messages", "_model", "_reward", "_sleep_s", "_url")
 
     def __init__(self, context: RunContext, client: httpx.AsyncClient | None) -> None:
@@ -79,30 +92,12 @@ class EchoHandle:
             metrics["model_calls"] = self._calls
         return RunResult(reward=self._reward, metrics=metrics)
 
-    async def abort(self) -> CleanupResult:
-        return CLEANUP_CONFIRMED
 
-    async def force_cleanup(self) -> CleanupResult:
-        return CLEANUP_CONFIRMED
-
-    async def probe_cleanup(self) -> CleanupResult:
-        return CLEANUP_CONFIRMED
-
-
-class EchoRestored:
+class EchoRestored(_NothingToRelease):
     """A run of an earlier process: an echo run allocates nothing outside it, so its cleanup is proven."""
 
     async def wait(self) -> RunResult:
         raise RunError("a restored echo run has nothing to wait for")
-
-    async def abort(self) -> CleanupResult:
-        return CLEANUP_CONFIRMED
-
-    async def force_cleanup(self) -> CleanupResult:
-        return CLEANUP_CONFIRMED
-
-    async def probe_cleanup(self) -> CleanupResult:
-        return CLEANUP_CONFIRMED
 
 
 class EchoRuntime:
