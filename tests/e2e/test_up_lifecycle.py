@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +18,7 @@ from relax_gym_core.testing.web import GatewayProcess
 pytest.importorskip("relax_gym_workplace")
 
 pytestmark = pytest.mark.e2e  # the real CLI
+SAFETY_S = 120.0  # a bound for a hung test, not a timing assertion
 
 
 def alive(pid: int) -> bool:
@@ -29,7 +31,9 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.slow  # each test stops an `up` of its own (started early, while other tests run)
 @pytest.mark.nemo_gym("workplace_assistant")
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize(
+    "stop", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["ctrl-c", "sigterm", "kill-9"]
+)
 def test_up_serves_and_stops_everything_it_started(
     stop: signal.Signals, relax_gym_fresh_up: GatewayProcess
 ) -> None:
@@ -37,10 +41,15 @@ def test_up_serves_and_stops_everything_it_started(
     pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", "\n".join(gateway.output))]
     assert len(pids) == 2  # the resources server and the agent
     assert all(alive(pid) for pid in pids)
+    assert all(os.getpgid(pid) == pid for pid in pids)  # each its own group: Ctrl-C reaches only `up`
     ready = httpx.get(f"{gateway.url}/readyz", trust_env=False, timeout=30).json()
     assert ready["ready"] is True  # readiness includes the servers' own liveness
     gateway.process.send_signal(stop)
     assert gateway.process.wait(timeout=120) != 0
+    if stop == signal.SIGKILL:  # no clean-up code ran: the servers' fork server sees `up` gone and stops them
+        deadline = time.monotonic() + SAFETY_S
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
     assert not any(alive(pid) for pid in pids)
 
 

@@ -25,6 +25,7 @@ from relax_gym_core.environments.definitions import NemoGymServer
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import merged_config
 from relax_gym_core.gym.installed import PYTHON_VAR
+from relax_gym_core.gym.spawn import ServerProcess, spawn_server
 
 __all__ = [
     "DEFAULT_PYTHON",
@@ -96,7 +97,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 class GymServerProcess:
     name: str
     url: str
-    process: subprocess.Popen[bytes]
+    process: ServerProcess  # its own process group: a terminal's Ctrl-C reaches only the command
     log: Path
 
     def tail(self, lines: int = 30) -> str:
@@ -130,7 +131,9 @@ def _wait_ready(servers: list[GymServerProcess], timeout_s: float) -> None:
                 time.sleep(0.1)
 
 
-def stop_process(process: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout_s: float = 15.0) -> None:
+def stop_process(
+    process: subprocess.Popen[Any] | ServerProcess, sig: int = signal.SIGINT, timeout_s: float = 15.0
+) -> None:
     """Stop a process we started: `sig`, then SIGKILL if it has not exited within timeout_s."""
     if process.poll() is None:
         process.send_signal(sig)
@@ -166,32 +169,24 @@ def run_gym_servers(
         try:
             for server in servers:
                 log = Path(logs) / f"{server.name}.log"
-                with log.open("wb") as sink:
-                    process = subprocess.Popen(  # noqa: S603 - our interpreter, our module
-                        [
-                            interpreter,
-                            "-m",
-                            "relax_gym_core.gym.launch",
-                            "--server-class",
-                            server.server_class,
-                            "--upstream",
-                            f"{server.kind}.{server.implementation}",
-                        ],
-                        stdout=sink,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        # A process group of its own: a terminal's Ctrl-C reaches only the command, which
-                        # aborts its trials (their cleanup proven by these servers) before stopping them.
-                        process_group=0,
-                        env={
-                            **os.environ,
-                            "NEMO_GYM_CONFIG_DICT": json.dumps(config),
-                            "NEMO_GYM_CONFIG_PATH": server.name,
-                            # NeMo Gym writes caches (hf, uv, outputs/) into the working directory.
-                            "HF_HOME": str(Path(logs) / "hf"),
-                        },
-                        cwd=logs,
-                    )
+                process = spawn_server(
+                    interpreter,
+                    [
+                        "--server-class",
+                        server.server_class,
+                        "--upstream",
+                        f"{server.kind}.{server.implementation}",
+                    ],
+                    env={
+                        **os.environ,
+                        "NEMO_GYM_CONFIG_DICT": json.dumps(config),
+                        "NEMO_GYM_CONFIG_PATH": server.name,
+                        # NeMo Gym writes caches (hf, uv, outputs/) into the working directory.
+                        "HF_HOME": str(Path(logs) / "hf"),
+                    },
+                    cwd=logs,
+                    log=log,
+                )
                 started.append(
                     GymServerProcess(server.name, f"http://{host}:{chosen[server.name]}", process, log)
                 )

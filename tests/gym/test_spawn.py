@@ -1,0 +1,54 @@
+"""NeMo Gym servers forked from the fork server: exit codes and logs reported, stopped by PID, a fallback."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from relax_gym_core.environments.definitions import NemoGymServer
+from relax_gym_core.errors import ConfigError
+from relax_gym_core.gym.processes import gym_python, run_gym_servers, stop_process
+from relax_gym_core.gym.spawn import FORK_SERVER_VAR, spawn_server
+
+pytestmark = pytest.mark.e2e  # the NeMo Gym environment's interpreter
+
+BROKEN = NemoGymServer(
+    name="broken",
+    kind="resources_servers",
+    implementation="no_such_server",
+    server_class="relax_gym_no_such_module.app:Server",
+    config={},
+)
+
+
+@pytest.mark.parametrize("fork", ["1", "0"], ids=["forked", "own-interpreter"])
+def test_a_server_that_cannot_start_is_named_with_its_exit_code_and_log(
+    fork: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FORK_SERVER_VAR, fork)
+    with (
+        pytest.raises(ConfigError) as raised,
+        run_gym_servers([BROKEN], gateway_host="127.0.0.1", gateway_port=9),
+    ):
+        pass
+    message = str(raised.value)
+    assert "NeMo Gym server 'broken' exited with code 1" in message
+    assert "relax_gym_no_such_module" in message  # the server's own output, from its log
+
+
+def test_a_forked_servers_exit_is_reported_once_and_it_is_never_signalled_after(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    process = spawn_server(
+        gym_python(),
+        ["--server-class", "relax_gym_no_such_module.app:Server"],
+        env=dict(os.environ),
+        cwd=str(tmp_path),
+        log=log,
+    )
+    assert process.wait(timeout=120) == 1
+    assert process.poll() == 1 and process.returncode == 1
+    stop_process(process, signal.SIGINT)  # a reaped child is never signalled again: a no-op, no error
+    assert "relax_gym_no_such_module" in log.read_text()
