@@ -61,7 +61,7 @@ def _up(args: argparse.Namespace) -> int:
 def _probe(args: argparse.Namespace) -> int:
     from relax_gym_core.commands.probe import probe  # noqa: PLC0415
 
-    text, ok = probe(args.environment, as_json=args.json)
+    text, ok = probe(args.environment, as_json=args.json, verifier_url=args.verifier_url)
     print(text)  # noqa: T201
     return 0 if ok else 1
 
@@ -219,6 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probe.add_argument("environment", metavar="ENV", help="registered environment (see `relax-gym plugins`)")
     probe.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    probe.add_argument(
+        "--verifier-url",
+        metavar="URL",
+        help="score with the resources server already running at URL (e.g. a deployment's) instead of "
+        "starting one",
+    )
     probe.set_defaults(run=_probe)
     _add_rollout(commands)
     return parser

@@ -1,8 +1,8 @@
 """`relax-gym probe`: every verifier probe of an environment scored by its REAL resources server (started in
 the NeMo Gym environment), mismatches and broken probes reported, exit codes that scripts can trust.
 
-The CLI starts its own server (that is what it is for); the scoring and the report are checked against the
-session's shared workplace verifier."""
+The CLI starts its own server here once (that is what it is for); the scoring and the report are checked
+against the session's shared workplace verifier, as are the other plugins' `probe --verifier-url` runs."""
 
 from __future__ import annotations
 
@@ -76,6 +76,8 @@ def test_mismatches_and_rejected_probes_are_reported(relax_gym_verifier: Callabl
     ("args", "message"),
     [
         (["probe", "no_such_env"], "no installed plugin provides environment 'no_such_env'"),
+        (["probe", ENV, "--verifier-url", "ftp://127.0.0.1:1"], "--verifier-url 'ftp://127.0.0.1:1' must be"),
+        (["probe", ENV, "--verifier-url", "http://127.0.0.1:1"], "no server answers at --verifier-url"),
     ],
 )
 def test_bad_input_is_one_clear_line(args: list[str], message: str) -> None:

@@ -1,10 +1,10 @@
 """`relax-gym probe ENV`: ask an environment's real verifier to score its plugin's verifier probes.
 
-Starts only the resources server the environment's agent uses (in the NeMo Gym environment, no Ray), posts
-each probe's known output to its `/verify`, and compares the reward with the one the probe expects. It is
-how an operator checks an installation, and how a plugin author checks probes, before any trial runs. The
-server's model server points at a port nobody listens on: a verifier that needs a model (an LLM judge)
-fails loudly here instead of calling anything.
+Starts only the resources server the environment's agent uses (in the NeMo Gym environment, no Ray), or uses
+one already running (--verifier-url), posts each probe's known output to its `/verify`, and compares the
+reward with the one the probe expects. It is how an operator checks an installation or a deployment, and how
+a plugin author checks probes, before any trial runs. A server started here has its model server at a port
+nobody listens on: a verifier that needs a model (an LLM judge) fails loudly instead of calling anything.
 """
 
 from __future__ import annotations
@@ -81,21 +81,44 @@ def score(probe: VerifierProbe, post: Callable[[dict[str, Any]], httpx.Response]
     return outcome(float(reward))
 
 
-def run_probes(hooks: Hooks, environment: str, *, python: str | None = None) -> list[ProbeOutcome]:
-    """Score every verifier probe of `environment` with its real resources server."""
+def run_probes(
+    hooks: Hooks, environment: str, *, python: str | None = None, verifier_url: str | None = None
+) -> list[ProbeOutcome]:
+    """Score every verifier probe of `environment` with its real resources server: one started here, or
+    the one already running at `verifier_url` (a deployment's, checked without starting anything)."""
     definition = hooks.environments.get(environment)  # names what is installed when unknown
     probes = hooks.verifier_probes(environment)
     if not probes:
         raise ConfigError(f"environment {environment!r} has no verifier probes (its plugin returns none)")
+    if verifier_url is not None:
+        return _score_all(probes, _checked_url(verifier_url))
     server = resources_server(definition)
     (unused_port,) = free_ports(1, "127.0.0.1")
     print(f"starting NeMo Gym server {server.name} for {len(probes)} probe(s)", file=sys.stderr, flush=True)  # noqa: T201
     with run_gym_servers(
         [server], gateway_host="127.0.0.1", gateway_port=unused_port, python=python
     ) as running:
-        url = running[server.name].url
-        with httpx.Client(base_url=url, trust_env=False, timeout=VERIFY_TIMEOUT_S) as client:
-            return [score(probe, lambda body: client.post("/verify", json=body)) for probe in probes]
+        return _score_all(probes, running[server.name].url)
+
+
+def _checked_url(url: str) -> str:
+    """The base URL of a running resources server, or a ConfigError naming the URL and what is wrong."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"--verifier-url {url!r} is not a URL ({exc})") from None
+    if parsed.scheme not in {"http", "https"} or not parsed.host:
+        raise ConfigError(f"--verifier-url {url!r} must be an http(s) URL with a host")
+    try:
+        httpx.get(url, trust_env=False, timeout=10.0)
+    except httpx.HTTPError as exc:
+        raise ConfigError(f"no server answers at --verifier-url {url} ({type(exc).__name__})") from None
+    return url.rstrip("/")
+
+
+def _score_all(probes: Sequence[VerifierProbe], url: str) -> list[ProbeOutcome]:
+    with httpx.Client(base_url=url, trust_env=False, timeout=VERIFY_TIMEOUT_S) as client:
+        return [score(probe, lambda body: client.post("/verify", json=body)) for probe in probes]
 
 
 def format_outcomes(environment: str, outcomes: Sequence[ProbeOutcome]) -> str:
@@ -110,9 +133,9 @@ def format_outcomes(environment: str, outcomes: Sequence[ProbeOutcome]) -> str:
     return "\n".join(lines)
 
 
-def probe(environment: str, *, as_json: bool = False) -> tuple[str, bool]:
+def probe(environment: str, *, as_json: bool = False, verifier_url: str | None = None) -> tuple[str, bool]:
     """What `relax-gym probe` prints, and whether every probe scored as expected."""
-    outcomes = run_probes(make_plugin_manager(), environment)
+    outcomes = run_probes(make_plugin_manager(), environment, verifier_url=verifier_url)
     if as_json:
         document = [
             {"probe": o.name, "expected": o.expected, "reward": o.reward, "ok": o.ok, "error": o.error}
