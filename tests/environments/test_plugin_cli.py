@@ -275,3 +275,23 @@ def test_a_plugin_bug_keeps_its_traceback_and_says_where(cli: Any, site: Path, t
     assert "while converting raw.jsonl:2 for environment 'fake_env'" in result.stderr
     assert not (tmp_path / "o.jsonl").exists()
     assert leftovers(tmp_path) == []
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
+    """`relax-gym plugins | head -1`: the pipe closes before the command is done writing."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte
+    with os.fdopen(write, "wb") as stdout:
+        result = subprocess.run(
+            [sys.executable, "-m", "relax_gym_core.cli", "plugins"],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert result.returncode == 141
+    assert result.stderr == ""
