@@ -100,3 +100,15 @@ def test_served_socket_is_tcp_with_nodelay() -> None:
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
     finally:
         sock.close()
+
+
+def test_a_port_in_use_leaves_no_socket_behind() -> None:
+    held = bind("127.0.0.1", 0)
+    port = held.getsockname()[1]
+    before = set(os.listdir("/proc/self/fd"))
+    try:
+        with pytest.raises(OSError):
+            bind("127.0.0.1", port)
+        assert set(os.listdir("/proc/self/fd")) == before  # the failed socket was closed, not leaked
+    finally:
+        held.close()

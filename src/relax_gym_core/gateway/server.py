@@ -72,10 +72,14 @@ def bind(host: str, port: int) -> socket.socket:
     # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted connections only when the socket
     # says it is TCP; without it every small response waits ~40 ms for a delayed ACK (Nagle).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()  # a port in use is reported by the caller; the socket must not outlive it
+        raise
     sock.set_inheritable(True)
     return sock
 
