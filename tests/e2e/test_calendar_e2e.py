@@ -24,7 +24,7 @@ from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
 from relax_gym_core.environments import VerifierProbe, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import OracleScript, RecordedRequest, ScriptedReply, reply_text
-from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
+from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.nemo_gym("calendar")]
 
@@ -39,25 +39,9 @@ _tokens = itertools.count()
 type Behaviour = Callable[[RecordedRequest], ScriptedReply]
 
 
-class Policy:
-    """One scripted policy for the module; each trial's token selects its behaviour."""
-
-    def __init__(self) -> None:
-        self.behaviours: dict[str, Behaviour] = {}
-        self.server = ScriptedPolicy(self.answer)
-
-    def answer(self, request: RecordedRequest) -> ScriptedReply:
-        behaviour = self.behaviours.get(request.bearer or "")
-        return behaviour(request) if behaviour is not None else reply_text("Sure, all set!")
-
-    def requests_of(self, token: str) -> list[RecordedRequest]:
-        return [r for r in self.server.model_requests("responses") if r.bearer == token]
-
-
 @pytest.fixture(scope="module")
-def policy() -> Iterator[Policy]:
-    holder = Policy()
-    with holder.server:
+def policy() -> Iterator[PolicyByToken]:
+    with PolicyByToken(default=lambda _request: reply_text("Sure, all set!")) as holder:
         yield holder
 
 
@@ -80,7 +64,7 @@ def session_input(row: dict[str, Any]) -> dict[str, Any]:
     return {"messages": converted["input"], "metadata": converted["metadata"]}
 
 
-def trial_request(policy: Policy, row: dict[str, Any], *, token: str) -> Any:
+def trial_request(policy: PolicyByToken, row: dict[str, Any], *, token: str) -> Any:
     body = {
         "protocol_version": PROTOCOL_VERSION,
         "request_id": f"relax-e2e-{token}",
@@ -100,7 +84,7 @@ def text_of(probe: VerifierProbe) -> str:
 
 
 async def run(
-    policy: Policy, stack: GatewayProcess, row: dict[str, Any], behaviour: Behaviour
+    policy: PolicyByToken, stack: GatewayProcess, row: dict[str, Any], behaviour: Behaviour
 ) -> tuple[Any, Any]:
     """The trial's terminal snapshot and its settled one (cleanup verdict proven)."""
     token = new_token()
@@ -114,7 +98,7 @@ async def run(
 
 
 async def test_the_solved_calendar_scores_one_with_the_whole_conversation_seen(
-    policy: Policy, stack: GatewayProcess, probes: dict[str, VerifierProbe]
+    policy: PolicyByToken, stack: GatewayProcess, probes: dict[str, VerifierProbe]
 ) -> None:
     row = example_rows()[1]  # 42 messages, 7 events
     solved = text_of(probes["example1:solved"])
@@ -135,7 +119,7 @@ async def test_the_solved_calendar_scores_one_with_the_whole_conversation_seen(
 
 
 async def test_a_broken_constraint_scores_zero(
-    policy: Policy, stack: GatewayProcess, probes: dict[str, VerifierProbe]
+    policy: PolicyByToken, stack: GatewayProcess, probes: dict[str, VerifierProbe]
 ) -> None:
     broken = text_of(probes["example0:broken_constraint"])
     snapshot, settled = await run(policy, stack, example_rows()[0], lambda _request: reply_text(broken))
@@ -144,7 +128,7 @@ async def test_a_broken_constraint_scores_zero(
 
 
 async def test_visible_thinking_scores_zero_and_parsed_reasoning_does_not(
-    policy: Policy, stack: GatewayProcess, probes: dict[str, VerifierProbe]
+    policy: PolicyByToken, stack: GatewayProcess, probes: dict[str, VerifierProbe]
 ) -> None:
     """What the README's reasoning-parser advice is about: the same right calendar, two ways."""
     row, solved = example_rows()[3], text_of(probes["example3:solved"])
@@ -155,7 +139,7 @@ async def test_visible_thinking_scores_zero_and_parsed_reasoning_does_not(
 
 
 async def test_the_oracle_from_probes_solves_every_example_row(
-    policy: Policy, stack: GatewayProcess, probes: dict[str, VerifierProbe]
+    policy: PolicyByToken, stack: GatewayProcess, probes: dict[str, VerifierProbe]
 ) -> None:
     oracle = OracleScript(probes.values())
     rows = example_rows()
@@ -166,7 +150,7 @@ async def test_the_oracle_from_probes_solves_every_example_row(
 
 
 def test_the_thin_client_as_relax_launches_it(
-    policy: Policy, stack: GatewayProcess, probes: dict[str, VerifierProbe], tmp_path: Path
+    policy: PolicyByToken, stack: GatewayProcess, probes: dict[str, VerifierProbe], tmp_path: Path
 ) -> None:
     """`relax-gym-client` with the calendar recipe's variables writes the reward for Relax."""
     token = new_token()

@@ -24,7 +24,7 @@ from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
 from relax_gym_core.environments import make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import OracleScript, RecordedRequest, ScriptedReply, reply_text
-from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
+from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 pytest.importorskip("relax_gym_gsm8k")
 from relax_gym_gsm8k.data import example_rows, numeric_example_rows
@@ -43,25 +43,9 @@ _tokens = itertools.count()
 type Behaviour = Callable[[RecordedRequest], ScriptedReply]
 
 
-class Policy:
-    """One scripted policy for the module; each trial's token selects its behaviour."""
-
-    def __init__(self) -> None:
-        self.behaviours: dict[str, Behaviour] = {}
-        self.server = ScriptedPolicy(self.answer)
-
-    def answer(self, request: RecordedRequest) -> ScriptedReply:
-        behaviour = self.behaviours.get(request.bearer or "")
-        return behaviour(request) if behaviour is not None else reply_text("I am not sure.")
-
-    def requests_of(self, token: str) -> list[RecordedRequest]:
-        return [r for r in self.server.model_requests("responses") if r.bearer == token]
-
-
 @pytest.fixture(scope="module")
-def policy() -> Iterator[Policy]:
-    holder = Policy()
-    with holder.server:
+def policy() -> Iterator[PolicyByToken]:
+    with PolicyByToken(default=lambda _request: reply_text("I am not sure.")) as holder:
         yield holder
 
 
@@ -79,7 +63,7 @@ def session_input(environment: str, row: dict[str, Any]) -> dict[str, Any]:
     return {"messages": converted["input"], "metadata": converted["metadata"]}
 
 
-def trial_request(policy: Policy, environment: str, row: dict[str, Any], *, token: str) -> Any:
+def trial_request(policy: PolicyByToken, environment: str, row: dict[str, Any], *, token: str) -> Any:
     body = {
         "protocol_version": PROTOCOL_VERSION,
         "request_id": f"relax-e2e-{token}",
@@ -111,7 +95,9 @@ def benchmark_row() -> dict[str, Any]:
     return {"question": row["question"], "expected_answer": int(row["expected_answer"])}
 
 
-async def test_a_gsm8k_benchmark_row_answered_right_scores_one(policy: Policy, stack: GatewayProcess) -> None:
+async def test_a_gsm8k_benchmark_row_answered_right_scores_one(
+    policy: PolicyByToken, stack: GatewayProcess
+) -> None:
     row, token = benchmark_row(), new_token()
     policy.behaviours[token] = lambda _request: reply_text("Counting carefully, the answer is \\boxed{32}.")
     snapshot, settled = await settled_trial(stack, trial_request(policy, "gsm8k", row, token=token))
@@ -129,7 +115,7 @@ async def test_a_gsm8k_benchmark_row_answered_right_scores_one(policy: Policy, s
 
 
 async def test_a_wrong_number_scores_zero_with_cleanup_confirmed(
-    policy: Policy, stack: GatewayProcess
+    policy: PolicyByToken, stack: GatewayProcess
 ) -> None:
     token = new_token()
     policy.behaviours[token] = lambda _request: reply_text("The answer is \\boxed{31}.")
@@ -140,7 +126,7 @@ async def test_a_wrong_number_scores_zero_with_cleanup_confirmed(
     assert settled.cleanup == "confirmed"
 
 
-async def test_an_original_gsm8k_row_runs_too(policy: Policy, stack: GatewayProcess) -> None:
+async def test_an_original_gsm8k_row_runs_too(policy: PolicyByToken, stack: GatewayProcess) -> None:
     source = numeric_example_rows()[4]
     row = {"question": source["question"], "answer": "Work it out.\n#### -3"}
     token = new_token()
@@ -150,7 +136,7 @@ async def test_an_original_gsm8k_row_runs_too(policy: Policy, stack: GatewayProc
 
 
 async def test_math_with_judge_rows_scored_by_the_oracle_from_probes(
-    policy: Policy, stack: GatewayProcess
+    policy: PolicyByToken, stack: GatewayProcess
 ) -> None:
     """The oracle `make demo` could use: each row's known-good probe answer -> 1.0; known-bad -> 0.0."""
     probes = make_plugin_manager().verifier_probes("math_with_judge")
@@ -172,7 +158,9 @@ async def test_math_with_judge_rows_scored_by_the_oracle_from_probes(
         assert len(policy.requests_of(token)) == 1
 
 
-def test_the_thin_client_as_relax_launches_it(policy: Policy, stack: GatewayProcess, tmp_path: Path) -> None:
+def test_the_thin_client_as_relax_launches_it(
+    policy: PolicyByToken, stack: GatewayProcess, tmp_path: Path
+) -> None:
     """`relax-gym-client` with the recipe's variables (NEMO_GYM_ENVIRONMENT=gsm8k ...) writes the reward."""
     token = new_token()
     policy.behaviours[token] = lambda _request: reply_text("\\boxed{32}")

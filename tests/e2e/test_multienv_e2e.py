@@ -21,7 +21,7 @@ import pytest
 from relax_gym_core.client import ClientOptions, GatewayClient
 from relax_gym_core.environments import make_plugin_manager
 from relax_gym_core.testing import Gate, OracleScript, RecordedRequest, ScriptedReply, reply_text
-from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
+from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 pytest.importorskip("relax_gym_gsm8k")
 pytest.importorskip("relax_gym_workplace")
@@ -40,28 +40,16 @@ _tokens = itertools.count()
 type Behaviour = Callable[[RecordedRequest], ScriptedReply]
 
 
-class Policy:
-    """One scripted policy: each trial's token selects its behaviour (an oracle, by default)."""
-
-    def __init__(self) -> None:
-        hooks = make_plugin_manager()
-        # Known-good answers for every example row of each environment.
-        self.oracle = {env: OracleScript(hooks.verifier_probes(env)) for env in ENVIRONMENTS}
-        self.behaviours: dict[str, Behaviour] = {}
-        self.server = ScriptedPolicy(self.answer)
-
-    def answer(self, request: RecordedRequest) -> ScriptedReply:
-        behaviour = self.behaviours.get(request.bearer or "")
-        return behaviour(request) if behaviour is not None else reply_text("I am not sure.")
-
-    def requests_of(self, token: str) -> list[RecordedRequest]:
-        return [r for r in self.server.model_requests("responses") if r.bearer == token]
+@pytest.fixture(scope="module")
+def oracles() -> dict[str, OracleScript]:
+    """Known-good answers for every example row of each environment."""
+    hooks = make_plugin_manager()
+    return {env: OracleScript(hooks.verifier_probes(env)) for env in ENVIRONMENTS}
 
 
 @pytest.fixture(scope="module")
-def policy() -> Iterator[Policy]:
-    holder = Policy()
-    with holder.server:
+def policy() -> Iterator[PolicyByToken]:
+    with PolicyByToken(default=lambda _request: reply_text("I am not sure.")) as holder:
         yield holder
 
 
@@ -104,7 +92,7 @@ def mixed_dataset(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def launch_client(
-    stack: GatewayProcess, policy: Policy, row: dict[str, Any], io_dir: Path, token: str
+    stack: GatewayProcess, policy: PolicyByToken, row: dict[str, Any], io_dir: Path, token: str
 ) -> Any:
     """`relax-gym-client` as Relax launches it for a mixed job: no NEMO_GYM_ENVIRONMENT / NEMO_GYM_CONFIG."""
     io_dir.mkdir()
@@ -129,7 +117,7 @@ def launch_client(
 
 
 def test_every_mixed_row_reaches_its_own_environment(
-    policy: Policy, stack: GatewayProcess, tmp_path: Path
+    policy: PolicyByToken, oracles: dict[str, OracleScript], stack: GatewayProcess, tmp_path: Path
 ) -> None:
     rows = mixed_dataset(tmp_path)
     launched = []
@@ -139,7 +127,7 @@ def test_every_mixed_row_reaches_its_own_environment(
         # A right answer for half the math rows, a wrong one for the rest; the oracle for workplace.
         wrong = environment == "math_with_judge" and index % 2 == 1
         policy.behaviours[token] = (
-            (lambda _request: reply_text("\\boxed{-12345}")) if wrong else policy.oracle[environment]
+            (lambda _request: reply_text("\\boxed{-12345}")) if wrong else oracles[environment]
         )
         io_dir = tmp_path / f"io-{index}"
         launched.append((environment, token, wrong, io_dir, launch_client(stack, policy, row, io_dir, token)))
@@ -158,12 +146,14 @@ def test_every_mixed_row_reaches_its_own_environment(
         assert bool(requests[0].body.get("tools")) is (environment == "workplace_assistant")
 
 
-async def test_a_saturated_workplace_queue_never_delays_math(policy: Policy, stack: GatewayProcess) -> None:
+async def test_a_saturated_workplace_queue_never_delays_math(
+    policy: PolicyByToken, oracles: dict[str, OracleScript], stack: GatewayProcess
+) -> None:
     hooks = make_plugin_manager()
     workplace = hooks.environments.get("workplace_assistant")
     capacity = workplace.max_concurrency + workplace.queue_capacity
     gate = Gate()
-    oracle = policy.oracle["workplace_assistant"]
+    oracle = oracles["workplace_assistant"]
 
     def workplace_body(token: str, row: dict[str, Any]) -> dict[str, Any]:
         converted = hooks.convert_row("workplace_assistant", row)
@@ -196,7 +186,7 @@ async def test_a_saturated_workplace_queue_never_delays_math(policy: Policy, sta
             assert refused.status_code == 429
             # ... while a math trial is admitted and completes with its reward, the queue still full.
             math_token = f"agentic_session_shard_0.session-sat{next(_tokens):04d}"
-            policy.behaviours[math_token] = policy.oracle["math_with_judge"]
+            policy.behaviours[math_token] = oracles["math_with_judge"]
             converted = hooks.convert_row("math_with_judge", math_rows()[0])
             math_body = {
                 **workplace_body(math_token, rows[0]),

@@ -29,7 +29,7 @@ from relax_gym_core.testing import (
     reply_tool_calls,
 )
 from relax_gym_core.testing.oracle import OracleScript
-from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
+from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.nemo_gym("workplace_assistant")]
 
@@ -61,25 +61,9 @@ def solve_task_0(email_id: str) -> Callable[[RecordedRequest], ScriptedReply]:
     return script
 
 
-class Policy:
-    """One scripted policy for the module; each trial's token selects its behaviour."""
-
-    def __init__(self) -> None:
-        self.behaviours: dict[str, Callable[[RecordedRequest], ScriptedReply]] = {}
-        self.server = ScriptedPolicy(self.answer)
-
-    def answer(self, request: RecordedRequest) -> ScriptedReply:
-        behaviour = self.behaviours.get(request.bearer or "")
-        return behaviour(request) if behaviour is not None else reply_text("Done.")
-
-    def requests_of(self, token: str) -> list[RecordedRequest]:
-        return [r for r in self.server.model_requests("responses") if r.bearer == token]
-
-
 @pytest.fixture(scope="module")
-def policy() -> Iterator[Policy]:
-    holder = Policy()
-    with holder.server:
+def policy() -> Iterator[PolicyByToken]:
+    with PolicyByToken(default=lambda _request: reply_text("Done.")) as holder:
         yield holder
 
 
@@ -102,7 +86,7 @@ def session_input(row: dict[str, Any]) -> dict[str, Any]:
     return {"messages": converted["input"], "metadata": converted["metadata"]}
 
 
-def trial_request(policy: Policy, row: dict[str, Any], *, token: str, deadline_s: float = 120) -> Any:
+def trial_request(policy: PolicyByToken, row: dict[str, Any], *, token: str, deadline_s: float = 120) -> Any:
     body = {
         "protocol_version": PROTOCOL_VERSION,
         "request_id": f"relax-e2e-{token}",
@@ -127,7 +111,9 @@ def new_token() -> str:
     return f"agentic_session_shard_0.session-e2e{next(_tokens):04d}"
 
 
-async def test_scripted_trial_scores_one_and_feeds_tool_results_back(policy: Policy, stack: Any) -> None:
+async def test_scripted_trial_scores_one_and_feeds_tool_results_back(
+    policy: PolicyByToken, stack: Any
+) -> None:
     row = example_rows()[0]
     token = new_token()
     policy.behaviours[token] = solve_task_0("00000057")
@@ -148,7 +134,7 @@ async def test_scripted_trial_scores_one_and_feeds_tool_results_back(policy: Pol
         assert request.body["tools"]  # the row's own tools went to the model
 
 
-async def test_wrong_write_scores_zero(policy: Policy, stack: Any) -> None:
+async def test_wrong_write_scores_zero(policy: PolicyByToken, stack: Any) -> None:
     token = new_token()
     policy.behaviours[token] = solve_task_0("00000017")  # an existing email, but the wrong one
     snapshot = await run_trial(
@@ -157,7 +143,7 @@ async def test_wrong_write_scores_zero(policy: Policy, stack: Any) -> None:
     assert (snapshot.status.value, snapshot.reward) == ("completed", 0.0)
 
 
-async def test_two_concurrent_trials_never_cross(policy: Policy, stack: Any) -> None:
+async def test_two_concurrent_trials_never_cross(policy: PolicyByToken, stack: Any) -> None:
     rows = example_rows()[:2]
     tokens = [new_token(), new_token()]
     for token in tokens:
@@ -177,7 +163,7 @@ async def test_two_concurrent_trials_never_cross(policy: Policy, stack: Any) -> 
 
 
 async def test_abort_mid_trial_is_aborted_with_cleanup_confirmed(
-    policy: Policy, stack: Any, resources_url: str
+    policy: PolicyByToken, stack: Any, resources_url: str
 ) -> None:
     token = new_token()
     gate = Gate()
@@ -203,7 +189,7 @@ async def resources_sessions(resources_url: str) -> tuple[int, int]:
 
 @pytest.mark.slow
 async def test_two_hundred_sequential_trials_leave_no_sessions(
-    policy: Policy, stack: Any, resources_url: str
+    policy: PolicyByToken, stack: Any, resources_url: str
 ) -> None:
     row = example_rows()[0]
     before = await resources_sessions(resources_url)  # the servers are shared: count what these trials add
@@ -221,7 +207,7 @@ async def test_two_hundred_sequential_trials_leave_no_sessions(
     assert health["active_trials"] == 0
 
 
-async def test_oracle_from_probes_solves_every_example_row(policy: Policy, stack: Any) -> None:
+async def test_oracle_from_probes_solves_every_example_row(policy: PolicyByToken, stack: Any) -> None:
     """The oracle policy `make demo` uses: each row's known-good probe output, replayed turn by turn."""
     probes = make_plugin_manager().verifier_probes("workplace_assistant")
     oracle = OracleScript(probes)

@@ -27,7 +27,7 @@ import inspect
 import json
 import threading
 from collections import deque
-from collections.abc import Collection, Iterator
+from collections.abc import Awaitable, Collection, Iterator
 from typing import Any
 
 import anyio.to_thread
@@ -311,3 +311,34 @@ def run_policy(
     """Run a scripted policy server until the block exits."""
     with ScriptedPolicy(script, require_token=require_token, model_name=model_name, host=host) as policy:
         yield policy
+
+
+class PolicyByToken:
+    """One scripted policy for many trials: each trial's session token selects its behaviour.
+
+    policy = PolicyByToken(default=lambda request: reply_text("Done."))
+    with policy:
+        policy.behaviours[token] = my_script  # before the trial with that token starts
+        ...
+        calls = policy.requests_of(token)
+    """
+
+    def __init__(self, default: Script, *, resource: Resource = "responses") -> None:
+        self.default = default
+        self.resource: Resource = resource
+        self.behaviours: dict[str, Script] = {}
+        self.server = ScriptedPolicy(self.answer)
+
+    def answer(self, request: RecordedRequest) -> ScriptedReply | Awaitable[ScriptedReply]:
+        return self.behaviours.get(request.bearer or "", self.default)(request)
+
+    def requests_of(self, token: str) -> list[RecordedRequest]:
+        """The model calls of the trial with this token, in order."""
+        return [r for r in self.server.model_requests(self.resource) if r.bearer == token]
+
+    def __enter__(self) -> PolicyByToken:
+        self.server.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.server.stop()

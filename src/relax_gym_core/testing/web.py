@@ -5,12 +5,13 @@ the light core plus hypothesis: Relax installs ``relax-gym-core`` without the ga
 module needs the gateway extra (Starlette, uvicorn).
 """
 
-from relax_gym_core.testing.policy import ScriptedPolicy, run_policy
+from relax_gym_core.testing.policy import PolicyByToken, ScriptedPolicy, run_policy
 from relax_gym_core.testing.processes import GatewayProcess, start_gateway, start_up
 from relax_gym_core.testing.threaded import ThreadedServer, serve_in_thread
 
 __all__ = [
     "GatewayProcess",
+    "PolicyByToken",
     "ScriptedPolicy",
     "ThreadedServer",
     "run_policy",
