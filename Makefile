@@ -20,7 +20,12 @@ PLUGINS := $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml)))
 # Extra packages a plugin's NeMo Gym servers need (pip requirement lines), compiled into the one lock.
 GYM_EXTRAS := $(sort $(wildcard plugins/*/nemo-gym-requirements.txt))
 
-.PHONY: test test-fast demo lint typecheck bench env gym gym-lock clean
+.PHONY: test test-fast demo lint typecheck bench env gym gym-lock clean claude-code
+
+# The Claude Code CLI the reasoning_gym_cc agent runs: pinned, in a project-local npm prefix (never global,
+# never fetched at trial time); plugins/reasoning_gym_cc finds it there (or at $$RELAX_GYM_CC_CLAUDE).
+CLAUDE_CODE_VERSION := 2.1.237
+CLAUDE_CODE := $(TOOLS)/claude-code/.installed-$(CLAUDE_CODE_VERSION)
 
 $(UV):
 	@test -x "$(PYTHON312)" || { echo "Python 3.12 not found at $(PYTHON312); set PYTHON312=/path/to/python3.12" >&2; exit 1; }
@@ -38,7 +43,14 @@ $(GYM_VENV)/.synced: $(UV) nemo-gym/requirements.txt pyproject.toml $(wildcard p
 		<(printf -- '-e %s\n' $(abspath . $(PLUGINS)))
 	@touch $@
 
-gym: $(GYM_VENV)/.synced
+gym: $(GYM_VENV)/.synced $(CLAUDE_CODE)
+
+$(CLAUDE_CODE):
+	@command -v npm >/dev/null || { echo "npm not found: Claude Code $(CLAUDE_CODE_VERSION) is installed with npm (apt-get install nodejs npm)" >&2; exit 1; }
+	npm install --prefix $(TOOLS)/claude-code --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+	@touch $@
+
+claude-code: $(CLAUDE_CODE)
 
 # Re-pin nemo-gym/requirements.txt after editing requirements.in or a plugin's nemo-gym-requirements.txt
 # (tests/packaging/test_gym_lock.py fails until the lock covers every plugin's requirement).

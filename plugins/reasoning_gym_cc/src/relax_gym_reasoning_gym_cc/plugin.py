@@ -1,0 +1,57 @@
+"""The relax_gym hooks of the reasoning_gym_cc plugin (entry point ``reasoning_gym_cc``): thin,
+reasoning_gym only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from relax_gym_core.environments import hookimpl
+
+from relax_gym_reasoning_gym_cc import env, probes, results, rows
+
+if TYPE_CHECKING:
+    from relax_gym_core.environments import (
+        CleanupContract,
+        EnvironmentRegistrar,
+        RunResult,
+        VerifierProbe,
+    )
+    from relax_gym_core.protocol import Generation
+
+
+@hookimpl
+def register_environments(registrar: EnvironmentRegistrar) -> None:
+    registrar.add(env.DEFINITION)
+
+
+@hookimpl
+def cleanup_contract(environment: str) -> CleanupContract | None:
+    # The agent holds each trial's CLI process group and directories: cleanup is proven by rollout id.
+    return env.CLEANUP if environment == env.ENVIRONMENT else None
+
+
+@hookimpl
+def convert_row(environment: str, row: dict[str, Any]) -> dict[str, Any] | None:
+    return rows.convert_row(row) if environment == env.ENVIRONMENT else None
+
+
+@hookimpl
+def drop_reason(environment: str, row: dict[str, Any]) -> str | None:
+    return rows.drop_reason(row) if environment == env.ENVIRONMENT else None
+
+
+@hookimpl
+def build_run_body(
+    environment: str, task: dict[str, Any], generation: Generation, rollout_id: str
+) -> dict[str, Any] | None:
+    return rows.build_run_body(task, generation, rollout_id) if environment == env.ENVIRONMENT else None
+
+
+@hookimpl
+def verifier_probes(environment: str) -> list[VerifierProbe] | None:
+    return probes.verifier_probes() if environment == env.ENVIRONMENT else None
+
+
+@hookimpl
+def map_result(environment: str, body: dict[str, Any]) -> RunResult | None:
+    return results.map_result(environment, body) if environment == env.ENVIRONMENT else None
