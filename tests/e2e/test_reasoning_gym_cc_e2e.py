@@ -40,6 +40,7 @@ from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
 
 pytest.importorskip("relax_gym_reasoning_gym_cc")
 from relax_gym_reasoning_gym_cc import claude
+from relax_gym_reasoning_gym_cc.trials import MARKER
 
 ENV, CONFIG = "reasoning_gym", "reasoning-gym-cc-v1"
 AGENT = "reasoning_gym_claude_code_agent_model_server"
@@ -172,7 +173,17 @@ def processes_running(path: str) -> list[int]:
 
 
 def claude_processes() -> list[int]:
-    return processes_running(str(claude.locate().path.resolve()))
+    """The CLI processes of trials (marked with the rollout in their environment); a CLI that another test
+    runs, or a developer's own, is not one."""
+    marked = []
+    for pid in processes_running(str(claude.locate().path.resolve())):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if environ.startswith(f"{MARKER}=".encode()) or f"\0{MARKER}=".encode() in environ:
+            marked.append(pid)
+    return marked
 
 
 async def until(condition: Callable[[], Any]) -> Any:
