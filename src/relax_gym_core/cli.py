@@ -55,7 +55,14 @@ def _mix(args: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     from relax_gym_core.commands.up import up  # noqa: PLC0415
 
-    up(args.environments, max_concurrency=args.max_concurrency, **_gateway_options(args))
+    up(
+        args.environments,
+        max_concurrency=args.max_concurrency,
+        replicas=args.replicas,
+        ray=args.ray,
+        resources=args.replica_resources,
+        **_gateway_options(args),
+    )
     return 0
 
 
@@ -189,6 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_gateway_options(up)
     up.add_argument("--max-concurrency", type=int, help="override every environment's max_concurrency")
+    up.add_argument(
+        "--replicas", type=int, default=1, metavar="N", help="independent copies of the servers (default 1)"
+    )
+    up.add_argument("--ray", metavar="ADDRESS", help="place the replicas on the Ray cluster at ADDRESS")
+    up.add_argument(
+        "--replica-resources",
+        metavar="JSON",
+        help="Ray resources per replica, e.g. '{\"CPU\": 2}' (with --ray)",
+    )
     up.set_defaults(run=_up)
     plugins = commands.add_parser("plugins", help="list installed plugins and the environments they register")
     plugins.add_argument("--json", action="store_true", help="print one JSON document instead of tables")

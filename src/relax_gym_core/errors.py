@@ -29,6 +29,7 @@
     ├── ConversionError               a dataset file cannot be converted (names file:line)
     ├── RunError                      a run failed: the trial ends failed (agent_error), never scored
     │   ├── EnvironmentFailure        an infrastructure failure with a kind, never a reward of 0
+    │   │   └── ReplicaLostError      the replica running the trial died (kind replica_lost)
     │   └── AgentRunError             the agent's /run gave no usable answer
     └── ClientError                   the thin client could not finish a trial
         ├── GatewayRequestError       the gateway answered with an error or not at all
@@ -182,6 +183,15 @@ class EnvironmentFailure(RunError):
     def __init__(self, message: str, *, kind: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class ReplicaLostError(EnvironmentFailure):
+    """The replica (one copy of the environment's servers) running the trial died mid-run."""
+
+    KIND = "replica_lost"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind=self.KIND)
 
 
 class AgentRunError(RunError):

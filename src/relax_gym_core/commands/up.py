@@ -2,36 +2,67 @@
 
 Servers start directly in the dedicated NeMo Gym environment (no Ray: fast and small, the embedded
 default); their policy_model is this gateway, so every model call of every trial comes back through
-the bridge. Ctrl-C (or SIGTERM) stops the gateway gracefully (live trials are aborted and cleaned up
-while the servers are still there), then stops every server we started, by PID.
+the bridge. `--replicas N` starts N independent copies of the servers (replicas) and the gateway spreads
+trials over them (runtimes/pool.py); `--ray ADDRESS` places the replicas on a Ray cluster instead of this
+machine. Ctrl-C (or SIGTERM) stops the gateway gracefully (live trials are aborted and cleaned up while
+the servers are still there), then stops every replica we started.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import importlib
+import importlib.util
+import ipaddress
+import itertools
+import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from attrs import frozen
 
 from relax_gym_core.bridge import CallbackPolicy
-from relax_gym_core.commands.serve import close_state, listen, open_state, serve_gateway
+from relax_gym_core.commands.serve import close_state, listen, open_state
 from relax_gym_core.environments import EnvironmentDefinition, Hooks, make_plugin_manager
+from relax_gym_core.environments.registry import RuntimeFactory
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.gateway import EnvironmentSpec
+from relax_gym_core.gateway import EnvironmentSpec, GatewaySettings, create_app
+from relax_gym_core.gateway.config import ReplicaSettings
+from relax_gym_core.gateway.server import run, url_of
 from relax_gym_core.gym.config import servers_of
-from relax_gym_core.gym.processes import GymServerProcess, run_gym_servers
+from relax_gym_core.gym.local_launcher import LocalLauncher
+from relax_gym_core.gym.processes import startup_timeout
+from relax_gym_core.gym.replicas import ReplicaHandle, ReplicaLauncher, ReplicaSpec
+from relax_gym_core.runtimes import Runtime, builtin
+from relax_gym_core.runtimes.pool import ReplicaPool, StartedReplica
+
+RAY_LAUNCHER = "relax_gym_core.gym.ray_launcher"
 
 
 def _status(message: str) -> None:
     print(message, file=sys.stderr, flush=True)  # noqa: T201 - progress for the operator, not data
 
 
+class _Addressed(Protocol):
+    @property
+    def url(self) -> str: ...
+
+
+@frozen
+class _At:
+    url: str
+
+
 def environment_specs(
     definitions: Sequence[EnvironmentDefinition],
     hooks: Hooks,
-    servers: Mapping[str, GymServerProcess],
+    servers: Mapping[str, _Addressed],
     *,
     max_concurrency: int | None = None,
 ) -> tuple[EnvironmentSpec, ...]:
-    """Gateway specs for every registered config, pointing at the servers just started."""
+    """Gateway specs for every registered config, pointing at the servers just started (`.url` each)."""
     specs = []
     for definition in definitions:
         contract = hooks.cleanup_contract(definition.name)
@@ -57,6 +88,101 @@ def environment_specs(
     return tuple(specs)
 
 
+def replica_resources(raw: str | None) -> dict[str, float]:
+    """--replica-resources: a JSON object of Ray resource name -> positive amount, e.g. {"CPU": 2}."""
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ConfigError(
+            f'--replica-resources must be a JSON object such as {{"CPU": 2}} (got {raw!r})'
+        ) from None
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(
+            f'--replica-resources must be a non-empty JSON object such as {{"CPU": 2}} (got {raw!r})'
+        )
+    resources: dict[str, float] = {}
+    for name, amount in value.items():
+        if (
+            isinstance(amount, bool)
+            or not isinstance(amount, int | float)
+            or not math.isfinite(amount)
+            or amount <= 0
+        ):
+            raise ConfigError(f"--replica-resources: {name!r} must be a positive number (got {amount!r})")
+        resources[name] = float(amount)
+    return resources
+
+
+def make_launcher(ray: str | None, resources: Mapping[str, float]) -> ReplicaLauncher:
+    """Local processes, or Ray actors on the cluster at `ray` (the launcher imported only then)."""
+    if ray is None:
+        return LocalLauncher()
+    if importlib.util.find_spec(RAY_LAUNCHER) is None:
+        raise ConfigError(f"--ray: this installation has no Ray launcher ({RAY_LAUNCHER} is missing)")
+    module = importlib.import_module(RAY_LAUNCHER)
+    launcher: ReplicaLauncher = module.RayLauncher(address=ray, resources=dict(resources))
+    return launcher
+
+
+def _announce(handle: ReplicaHandle) -> None:
+    pids: Mapping[str, int] = getattr(handle, "pids", {})
+    for name, url in handle.urls.items():
+        where = f"pid {pids[name]}" if name in pids else f"on {handle.location}"
+        _status(f"NeMo Gym server {name} at {url} ({where}) [replica {handle.name}]")
+
+
+def start_replicas(
+    launcher: ReplicaLauncher, specs: Sequence[ReplicaSpec], *, startup_timeout_s: float
+) -> list[ReplicaHandle]:
+    """Start the replicas side by side; if one fails, the others are stopped and its error raised."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(specs))) as pool:
+        futures = [pool.submit(launcher.start, spec, startup_timeout_s=startup_timeout_s) for spec in specs]
+        concurrent.futures.wait(futures)
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            raise error
+    return [future.result() for future in futures]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_cluster_reach(ray: str, host: str) -> None:
+    """Replicas on other nodes call the gateway at --host: a cluster beyond this machine needs an address
+    they can reach (0.0.0.0 binds every address, but is not one to call)."""
+    cluster_host = ray.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    if cluster_host in {"", "auto"} or _is_loopback(cluster_host):
+        return
+    if host == "0.0.0.0" or _is_loopback(host):  # noqa: S104 - comparing, not binding
+        raise ConfigError(
+            f"--ray {ray}: the replicas' agents call the gateway at --host, which is {host!r}; give --host "
+            f"this machine's address on the cluster network (see docs/ray.md)"
+        )
+
+
+def check_options(*, host: str, replicas: int, ray: str | None, resources: str | None) -> Mapping[str, float]:
+    """Refuse bad options before anything starts; the resources each Ray replica claims."""
+    if ":" in host:
+        raise ConfigError("relax-gym up binds an IPv4 address (NeMo Gym builds http://HOST:PORT URLs)")
+    if replicas < 1:
+        raise ConfigError(f"--replicas must be at least 1 (got {replicas})")
+    per_replica = replica_resources(resources)
+    if per_replica and ray is None:
+        raise ConfigError("--replica-resources applies to Ray replicas only: give --ray ADDRESS too")
+    if ray is not None:
+        check_cluster_reach(ray, host)
+    return per_replica
+
+
 def up(
     environments: Sequence[str],
     *,
@@ -67,24 +193,83 @@ def up(
     max_concurrency: int | None = None,
     log_level: str = "warning",
     state_dir: str | None = None,
+    replicas: int = 1,
+    ray: str | None = None,
+    resources: str | None = None,
 ) -> None:
-    if ":" in host:
-        raise ConfigError("relax-gym up binds an IPv4 address (NeMo Gym builds http://HOST:PORT URLs)")
+    per_replica = check_options(host=host, replicas=replicas, ray=ray, resources=resources)
+    replica_settings = ReplicaSettings.from_env()
     hooks = make_plugin_manager()
     definitions = [hooks.environments.get(name) for name in environments]
+    factories = builtin.runtime_factories(hooks)
+    for definition in definitions:
+        if definition.runtime not in factories:
+            raise ConfigError(
+                f"environment {definition.name!r}: runtime {definition.runtime!r} is not available "
+                f"(available: {', '.join(sorted(factories))})"
+            )
     policy = CallbackPolicy.from_env(hosts=callback_hosts, networks=callback_networks)
+    timeout_s = startup_timeout()
     sock = listen(host, port)
     state = open_state(state_dir)  # a state directory in use stops us before any server starts
     gateway_host = "127.0.0.1" if host == "0.0.0.0" else host  # noqa: S104 - comparing, not binding
-    servers = servers_of(definitions)
-    _status(f"starting NeMo Gym servers: {', '.join(s.name for s in servers)}")
+    servers = tuple(servers_of(definitions))
+    numbers = itertools.count()
+    label = "+".join(environments)
+
+    def spec(name: str) -> ReplicaSpec:
+        return ReplicaSpec(
+            name=name, servers=servers, gateway_host=gateway_host, gateway_port=sock.getsockname()[1]
+        )
+
+    def runtimes_of(handle: ReplicaHandle) -> StartedReplica:
+        urls = {name: _At(url) for name, url in handle.urls.items()}
+        specs = environment_specs(definitions, hooks, urls, max_concurrency=max_concurrency)
+        runtimes: dict[tuple[str, str], Runtime] = {s.key: factories[s.runtime](s, hooks) for s in specs}
+        return StartedReplica(handle, runtimes)
+
+    def replacement(name: str) -> StartedReplica:
+        handle = launcher.start(spec(name), startup_timeout_s=timeout_s)
+        _announce(handle)
+        return runtimes_of(handle)
+
+    _status(f"starting NeMo Gym servers: {', '.join(s.name for s in servers)} ({replicas} replica(s))")
+    launcher = make_launcher(ray, per_replica)
     try:
-        with run_gym_servers(
-            servers, gateway_host=gateway_host, gateway_port=sock.getsockname()[1]
-        ) as running:
-            for server in running.values():
-                _status(f"NeMo Gym server {server.name} at {server.url} (pid {server.process.pid})")
-            specs = environment_specs(definitions, hooks, running, max_concurrency=max_concurrency)
-            serve_gateway(sock, specs, hooks, policy, state=state, log_level=log_level)
+        handles = start_replicas(
+            launcher, [spec(f"{label}#{next(numbers)}") for _ in range(replicas)], startup_timeout_s=timeout_s
+        )
+        for handle in handles:
+            _announce(handle)
+        started = [runtimes_of(handle) for handle in handles]
+        pool = ReplicaPool(
+            started,
+            start_replica=replacement,
+            names=lambda: f"{label}#{next(numbers)}",
+            probe_interval_s=replica_settings.probe_interval_s,
+            restart_delay_s=replica_settings.restart_delay_s,
+            max_restart_attempts=replica_settings.restart_attempts,
+            unresponsive_s=replica_settings.unresponsive_s,
+        )
+        # The gateway's specs (admission, /readyz fingerprint) are the first replica's; every run goes
+        # through the pool, whatever runtime its environment names.
+        specs = environment_specs(
+            definitions,
+            hooks,
+            {n: _At(u) for n, u in handles[0].urls.items()},
+            max_concurrency=max_concurrency,
+        )
+        pooled: RuntimeFactory = lambda s, _hooks: pool.runtime_for(s.key)  # noqa: E731
+        state_where, store = state
+        settings = GatewaySettings.from_env(
+            specs, callback_policy=policy, public_url=url_of(sock), state_dir=state_where
+        )
+        app = create_app(
+            settings, hooks=hooks, store=store, runtime_factories={d.runtime: pooled for d in definitions}
+        )
+        run(app, sock, log_level=log_level, limits=settings.limits)
     finally:
-        close_state(state[1])
+        try:
+            launcher.close()  # every replica, replacements included
+        finally:
+            close_state(state[1])

@@ -30,6 +30,7 @@ from relax_gym_core.observe import Observer, Observers
 from relax_gym_core.protocol import PROTOCOL_VERSION, ServiceHealth, unstructure
 from relax_gym_core.protocol.jsonutil import canonical
 from relax_gym_core.runtimes import ModelRoute, Runtime, builtin
+from relax_gym_core.runtimes.pool import PoolRuntime, ReplicaPool
 from relax_gym_core.trials import RecoveryPolicy, TrialBook, TrialService, TrialStore, open_store
 from relax_gym_core.web import (
     contain_errors,
@@ -58,9 +59,12 @@ class _NoUpstream:
 class Gateway:
     """App-lifetime state: the service plus identity for health answers."""
 
-    def __init__(self, settings: GatewaySettings, service: TrialService) -> None:
+    def __init__(
+        self, settings: GatewaySettings, service: TrialService, pools: Sequence[ReplicaPool] = ()
+    ) -> None:
         self.settings = settings
         self.service = service
+        self.pools = tuple(pools)
         self.service_epoch = secrets.token_hex(16)
         self.config_fingerprint = config_fingerprint(settings.environments)
 
@@ -122,7 +126,25 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     gateway = _gateway(request)
     ready, reasons = await gateway.service.readiness()
-    return json_response(unstructure(gateway.health(ready=ready, reasons=reasons)), 200 if ready else 503)
+    body = unstructure(gateway.health(ready=ready, reasons=reasons))
+    if gateway.pools:
+        body["replicas"] = replica_counts(gateway.pools)
+    return json_response(body, 200 if ready else 503)
+
+
+def replica_counts(pools: Sequence[ReplicaPool]) -> dict[str, dict[str, int]]:
+    """Per environment: replicas wanted, healthy, starting (a replacement on its way) and lost so far."""
+    counts: dict[str, dict[str, int]] = {}
+    for pool in pools:
+        status = pool.status()
+        for environment in pool.environments:
+            counts[environment] = {
+                "wanted": status.wanted,
+                "healthy": status.healthy,
+                "starting": status.starting,
+                "lost": status.lost,
+            }
+    return counts
 
 
 async def scrape_metrics(request: Request) -> Response:
@@ -167,6 +189,8 @@ def create_app(
                 f"(available: {', '.join(sorted(factories))})"
             )
         runtimes[spec.key] = factory(spec, hooks)
+    pools = list({id(r.pool): r.pool for r in runtimes.values() if isinstance(r, PoolRuntime)}.values())
+    metrics.watch_replicas(pools)
     if store is None:
         store = open_store(settings.state_dir, clock=clock, tombstone_capacity=settings.tombstone_capacity)
     book = TrialBook(
@@ -194,7 +218,7 @@ def create_app(
         ),
         recovery=RecoveryPolicy(give_up_s=settings.recovery_give_up_s),
     )
-    gateway = Gateway(settings, service)
+    gateway = Gateway(settings, service, pools)
     bridge = (
         Bridge(service, policy, Forwarder(_NoUpstream()), keepalive_s=settings.keepalive_s, observers=fan_out)
         if policy
@@ -208,6 +232,8 @@ def create_app(
             client = UPSTREAM_CLIENTS[settings.upstream_client](proxy=policy.proxy if policy else None)
             bridge.forwarder = Forwarder(client, callback_timeout_s=settings.callback_timeout_s)
         await service.start()
+        for pool in pools:
+            pool.open()  # probing needs the running loop
         try:
             yield
         finally:

@@ -183,3 +183,22 @@ def _api_token(environ: Mapping[str, str], name: str) -> str | None:
     if not _TOKEN_RE.fullmatch(token):
         raise ConfigError(f"{name} must be 16 to 4096 visible ASCII characters (no spaces)")
     return token
+
+
+@frozen(kw_only=True)
+class ReplicaSettings:
+    """How `relax-gym up` watches and replaces replicas (README "Scale-out: replicas")."""
+
+    probe_interval_s: float = 0.5  # each replica's processes and GET / of its servers, this often
+    restart_delay_s: float = 1.0  # before the first replacement attempt (doubled after each failure)
+    restart_attempts: int = 3  # replacement attempts per lost replica before the pool stays degraded
+    unresponsive_s: float = 60.0  # a replica whose servers answer no GET / for this long is lost
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> ReplicaSettings:
+        return cls(
+            probe_interval_s=_env_float(environ, "RELAX_GYM_REPLICA_PROBE_INTERVAL_S", 0.5),
+            restart_delay_s=_env_float(environ, "RELAX_GYM_REPLICA_RESTART_DELAY_S", 1.0),
+            restart_attempts=_env_int(environ, "RELAX_GYM_REPLICA_RESTART_ATTEMPTS", 3),
+            unresponsive_s=_env_float(environ, "RELAX_GYM_REPLICA_UNRESPONSIVE_S", 60.0),
+        )

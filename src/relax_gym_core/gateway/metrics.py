@@ -7,13 +7,14 @@ model-call resource and HTTP status code: all bounded. No request id, capability
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from relax_gym_core.observe import CallbackOutcome, Transition, TrialEvent
+from relax_gym_core.runtimes.pool import ReplicaPool
 from relax_gym_core.trials import Admission, EnvKey
 
 # Seconds: a model call takes milliseconds to minutes; a trial phase seconds to hours.
@@ -56,6 +57,50 @@ class _AdmissionCollector(Collector):
             for name, value in values.items():
                 families[name].add_metric(list(key), value)
         yield from families.values()
+
+
+class _ReplicaCollector(Collector):
+    """Replicas wanted, healthy and starting per environment, and runs placed per replica (scrape time).
+
+    Replica names are bounded: the ones `relax-gym up` started, replacements included."""
+
+    def __init__(self, pools: Sequence[ReplicaPool]) -> None:
+        self._pools = tuple(pools)
+
+    def collect(self) -> Iterator[Metric]:
+        replicas = GaugeMetricFamily(
+            "relax_gym_replicas",
+            "Replicas per environment: wanted, healthy, starting",
+            labels=["environment", "state"],
+        )
+        lost = CounterMetricFamily(
+            "relax_gym_replicas_lost",
+            "Replicas taken out of placement because they died",
+            labels=["environment"],
+        )
+        placed = CounterMetricFamily(
+            "relax_gym_replica_runs", "Runs placed on each replica", labels=["environment", "replica"]
+        )
+        running = GaugeMetricFamily(
+            "relax_gym_replica_runs_in_flight",
+            "Runs in flight on each healthy replica",
+            labels=["environment", "replica"],
+        )
+        for pool in self._pools:
+            status = pool.status()
+            for environment in pool.environments:
+                for state, value in (
+                    ("wanted", status.wanted),
+                    ("healthy", status.healthy),
+                    ("starting", status.starting),
+                ):
+                    replicas.add_metric([environment, state], value)
+                lost.add_metric([environment], status.lost)
+                for name, count in status.placed.items():
+                    placed.add_metric([environment, name], count)
+                for name, count in status.running.items():
+                    running.add_metric([environment, name], count)
+        yield from (replicas, lost, placed, running)
 
 
 class GatewayMetrics:
@@ -119,6 +164,11 @@ class GatewayMetrics:
     def watch_admission(self, admissions: Mapping[EnvKey, Admission], counts: EnvCounts) -> None:
         """Report queue depth, runs in flight and slots held, read from `counts` at each scrape."""
         self.registry.register(_AdmissionCollector(admissions, counts))
+
+    def watch_replicas(self, pools: Sequence[ReplicaPool]) -> None:
+        """Report the replica pools' state (nothing when the gateway has none)."""
+        if pools:
+            self.registry.register(_ReplicaCollector(pools))
 
     def transition(self, event: Transition) -> None:
         env = (event.environment, event.config)

@@ -10,7 +10,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,6 +24,7 @@ from relax_gym_core.environments.definitions import NemoGymServer
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import merged_config
 from relax_gym_core.gym.installed import PYTHON_VAR
+from relax_gym_core.gym.ports import free_ports
 from relax_gym_core.gym.spawn import ServerProcess, spawn_server
 
 __all__ = [
@@ -79,18 +79,6 @@ def startup_timeout(environ: Mapping[str, str] = os.environ) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{STARTUP_TIMEOUT_VAR} must be a positive number of seconds (got {raw!r})")
     return value
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """Ports the kernel just handed out (held together so they differ), for servers we start next."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 @frozen

@@ -8,7 +8,8 @@ server set once and every test that asks for it gets the same one:
   the same server; a ``Verifier`` posts ``verify_body(row, output)`` to its ``/verify``.
 - ``servers(environment)``: every server of the environment (resources server and agent), their
   policy_model a ``ModelSlot`` that answers with whatever app the current test installs.
-- ``up(*environments)``: ``relax-gym up ENV...`` (real servers and the gateway) per environment set.
+- ``up(*environments, env=None, args=())``: ``relax-gym up ENV... ARGS`` (real servers and the gateway) per
+  environment set, variables and extra arguments (e.g. ``("--replicas", "2")``).
 
 ``prestart`` starts some of them in one background thread while other tests run; a test that needs one
 before its turn starts it itself. ``close`` stops everything this object started, by PID, newest first.
@@ -142,13 +143,14 @@ class GymServers:
 @frozen
 class Wanted:
     """Servers a selected test will ask for: kind "verifier" or "servers" (one per environment), "up"
-    (one for all the environments, with these extra variables), or "fresh-up" (an `up` that `owner`, a
-    test id, will have to itself)."""
+    (one for all the environments, with these extra variables and arguments), or "fresh-up" (an `up` that
+    `owner`, a test id, will have to itself)."""
 
     kind: Literal["verifier", "servers", "up", "fresh-up"]
     environments: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     owner: str = ""
+    args: tuple[str, ...] = ()
 
 
 class _Entry:
@@ -197,22 +199,30 @@ class SharedServers:
         definition = (hooks or make_plugin_manager()).environments.get(environment)
         return self._obtain(self._declare_servers(definition), None)
 
-    def up(self, *environments: str, env: Mapping[str, str] | None = None) -> GatewayProcess:
-        """`relax-gym up` of these environments (in any order) with these extra variables, once per set."""
+    def up(
+        self, *environments: str, env: Mapping[str, str] | None = None, args: Sequence[str] = ()
+    ) -> GatewayProcess:
+        """`relax-gym up` of these environments (in any order) with these extra variables and arguments,
+        once per set."""
         names = tuple(sorted(set(environments)))
         if not names:
             raise ValueError("up() needs at least one environment")
         extra = dict(sorted((env or {}).items()))
-        key = ("up", *names, json.dumps(extra))
-        return self._obtain(key, functools.partial(self._start_up, environments=names, env=extra))
+        key = ("up", *names, json.dumps(extra), *_args_key(args))
+        start = functools.partial(self._start_up, environments=names, env=extra, args=tuple(args))
+        return self._obtain(key, start)
 
     @contextlib.contextmanager
     def fresh_up(
-        self, owner: str, *environments: str, env: Mapping[str, str] | None = None
+        self,
+        owner: str,
+        *environments: str,
+        env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
     ) -> Iterator[GatewayProcess]:
         """`relax-gym up` for `owner` (a test id) alone, which may stop it: the one started early for it,
         else a new one. Stopped when the block exits, unless it has exited already."""
-        key = self._declare_fresh_up(owner, environments, env or {})
+        key = self._declare_fresh_up(owner, environments, env or {}, args)
         gateway: GatewayProcess = self._obtain(key, None)
         with self._lock:
             del self._entries[key]  # a rerun of the same test gets a new one
@@ -234,9 +244,11 @@ class SharedServers:
             hooks = None
         for want in dict.fromkeys(wanted):
             if want.kind == "up":
-                starts.append(functools.partial(self.up, *want.environments, env=dict(want.env)))
+                starts.append(
+                    functools.partial(self.up, *want.environments, env=dict(want.env), args=want.args)
+                )
             elif want.kind == "fresh-up":
-                key = self._declare_fresh_up(want.owner, want.environments, dict(want.env))
+                key = self._declare_fresh_up(want.owner, want.environments, dict(want.env), want.args)
                 starts.append(functools.partial(self._start_early, key))
             elif hooks is None:
                 continue
@@ -296,11 +308,13 @@ class SharedServers:
             self._full_sets.setdefault(verifier, key)
         return key
 
-    def _declare_fresh_up(self, owner: str, environments: Sequence[str], env: Mapping[str, str]) -> Key:
+    def _declare_fresh_up(
+        self, owner: str, environments: Sequence[str], env: Mapping[str, str], args: Sequence[str] = ()
+    ) -> Key:
         names = tuple(sorted(set(environments)))
         extra = dict(sorted(env.items()))
-        key = ("fresh-up", owner, *names, json.dumps(extra))
-        start = functools.partial(self._start_up, environments=names, env=extra)
+        key = ("fresh-up", owner, *names, json.dumps(extra), *_args_key(args))
+        start = functools.partial(self._start_up, environments=names, env=extra, args=tuple(args))
         with self._lock:
             if self._closed:
                 raise RuntimeError("the test session's servers are already stopped")
@@ -381,12 +395,22 @@ class SharedServers:
         )
 
     def _start_up(
-        self, stack: contextlib.ExitStack, *, environments: Sequence[str], env: Mapping[str, str]
+        self,
+        stack: contextlib.ExitStack,
+        *,
+        environments: Sequence[str],
+        env: Mapping[str, str],
+        args: tuple[str, ...] = (),
     ) -> GatewayProcess:
         from relax_gym_core.testing.processes import start_up  # noqa: PLC0415 - needs the gateway extra
 
         variables = {**({PYTHON_VAR: self._python} if self._python else {}), **env}
-        return stack.enter_context(start_up(list(environments), env=variables))
+        return stack.enter_context(start_up(list(environments), env=variables, extra_args=args))
+
+
+def _args_key(args: Sequence[str]) -> Key:
+    """Extra `up` arguments in a key (none: the key it had before they existed, so sets stay shared)."""
+    return (json.dumps(list(args)),) if args else ()
 
 
 def _identity(server: NemoGymServer) -> str:

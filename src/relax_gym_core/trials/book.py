@@ -233,6 +233,13 @@ class TrialBook:
             request = trial.request
             trial.request = attrs.evolve(request, environment=attrs.evolve(request.environment, task={}))
 
+    def place(self, request_id: str, placement: str) -> None:
+        """Record where the runtime placed a running trial's run (a replica), for cleanup after a restart."""
+        trial = self._store.get(request_id)
+        if trial is not None and trial.placement != placement:
+            trial.placement = placement
+            self._store.changed(trial)
+
     # ---- finish -------------------------------------------------------------------------------------
 
     def complete(self, request_id: str, result: RunResult) -> bool:
@@ -287,11 +294,11 @@ class TrialBook:
             if outcome.confirmed:
                 trial.status = cause.target
                 trial.error = {"code": cause.value}
-                if trial.detail is not None:
-                    trial.error["kind"] = trial.detail
             else:
                 trial.status = TrialStatus.FAILED
                 trial.error = {"code": code, "type": "CleanupError", "cause": cause.value}
+            if trial.detail is not None:  # the infrastructure failure's kind, whatever the cleanup verdict
+                trial.error["kind"] = trial.detail
             self._to_terminal(trial)
         self._settle(trial, state)
         return True

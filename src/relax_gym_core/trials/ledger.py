@@ -31,6 +31,7 @@ from relax_gym_core.protocol import CleanupState
 from relax_gym_core.trials.events import Clock
 from relax_gym_core.trials.idfilter import IdFilter
 from relax_gym_core.trials.ledger_rows import (
+    MIGRATIONS,
     SCHEMA,
     SCHEMA_VERSION,
     SELECT_ONE,
@@ -135,6 +136,13 @@ class LedgerStore:
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
             )
             found = self._writer.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
+            while found in MIGRATIONS:  # an older ledger: brought up to date, one version at a time
+                migrated = str(int(found) + 1)
+                self._writer.execute("BEGIN IMMEDIATE")
+                self._writer.execute(MIGRATIONS[found])
+                self._writer.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (migrated,))
+                self._writer.execute("COMMIT")
+                found = migrated
         except sqlite3.DatabaseError as exc:
             raise ConfigError(f"{self.path}: not a usable trial ledger ({exc})") from None
         if found != str(SCHEMA_VERSION):

@@ -2,8 +2,10 @@
 
 Recorded: identity (request id, environment, config, rollout id), the state (phase, status, cleanup,
 cause), the result (reward, metrics, artifact_ref, error: one JSON column, NULL until there is one), the
-replay fingerprint (a keyed HMAC digest, see idempotency.py) and the times. Never recorded: the request
-(the session's api key and token go with it, and the task) and the capability. Times are the book's
+replay fingerprint (a keyed HMAC digest, see idempotency.py), the times, and the run's placement (which
+replica ran it, so a restarted gateway addresses its cleanup there; NULL when the runtime has no
+replicas). Never recorded: the request (the session's api key and token go with it, and the task) and
+the capability. Times are the book's
 monotonic clock in memory and wall-clock seconds on disk (a monotonic clock restarts with the machine);
 `offset` converts between the two. Plain columns keep a row cheap to write: most writes carry no result.
 """
@@ -19,7 +21,11 @@ from relax_gym_core.trials.records import Cause, Phase, Trial
 
 logger = logging.getLogger("relax_gym.ledger")
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+# Ledgers of an older schema are brought up to date in place (each step one statement, in order).
+MIGRATIONS: Final = {
+    "1": "ALTER TABLE trials ADD COLUMN placement TEXT",  # 1 -> 2: the replica a run was placed on
+}
 SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     """CREATE TABLE IF NOT EXISTS trials (
@@ -39,7 +45,8 @@ SCHEMA: Final = (
         lease_expires_at REAL NOT NULL,
         finished_at REAL,
         settled_at REAL,
-        result TEXT
+        result TEXT,
+        placement TEXT
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS trials_settled ON trials (settled_at) WHERE settled_at IS NOT NULL",
     "CREATE TABLE IF NOT EXISTS tombstones (request_id TEXT PRIMARY KEY, at REAL NOT NULL)",
@@ -48,20 +55,21 @@ SCHEMA: Final = (
 UPSERT: Final = (  # an update in place when the row exists (cheaper than REPLACE's delete + insert)
     "INSERT INTO trials (request_id, environment, config, rollout_id, fingerprint, phase, status, "
     "cleanup, cause, detail, holds_slot, created_at, deadline_at, lease_expires_at, finished_at, settled_at, "
-    "result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "result, placement) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (request_id) DO UPDATE SET phase = excluded.phase, status = excluded.status, "
     "cleanup = excluded.cleanup, cause = excluded.cause, detail = excluded.detail, "
     "holds_slot = excluded.holds_slot, lease_expires_at = excluded.lease_expires_at, "
-    "finished_at = excluded.finished_at, settled_at = excluded.settled_at, result = excluded.result"
+    "finished_at = excluded.finished_at, settled_at = excluded.settled_at, result = excluded.result, "
+    "placement = excluded.placement"
 )
 SELECT_ONE: Final = (
     "SELECT request_id, environment, config, rollout_id, fingerprint, phase, status, cleanup, cause, detail, "
-    "holds_slot, created_at, deadline_at, lease_expires_at, finished_at, settled_at, result "
+    "holds_slot, created_at, deadline_at, lease_expires_at, finished_at, settled_at, result, placement "
     "FROM trials WHERE request_id = ?"
 )
 SELECT_UNSETTLED: Final = (
     "SELECT request_id, environment, config, rollout_id, fingerprint, phase, status, cleanup, cause, detail, "
-    "holds_slot, created_at, deadline_at, lease_expires_at, finished_at, settled_at, result "
+    "holds_slot, created_at, deadline_at, lease_expires_at, finished_at, settled_at, result, placement "
     "FROM trials WHERE settled_at IS NULL"
 )
 SETTLED_AT: Final = 15  # index of settled_at in a row
@@ -110,6 +118,7 @@ def encode(trial: Trial, offset: float) -> Row:
         _shift(trial.finished_at, offset),
         _shift(trial.settled_at, offset),
         _result(trial),
+        trial.placement,
     )
 
 
@@ -133,6 +142,7 @@ def decode(row: Row, offset: float) -> Trial:
         finished_at,
         settled_at,
         result_json,
+        placement,
     ) = row
     result: dict[str, Any] = jsonutil.loads(result_json) if result_json is not None else {}
     return Trial(
@@ -157,4 +167,5 @@ def decode(row: Row, offset: float) -> Trial:
         cleanup=CleanupState(cleanup),
         finished_at=_shift(finished_at, -offset),
         settled_at=_shift(settled_at, -offset),
+        placement=placement,
     )

@@ -80,6 +80,9 @@ class Trial:
     cleanup: CleanupState = CleanupState.PENDING
     finished_at: float | None = None
     settled_at: float | None = None  # when its cleanup verdict came in: the retention clock starts here
+    # Which replica of its environment ran it (the runtime's word for it, recorded in the ledger), so a
+    # restarted gateway sends its cleanup there; None when the runtime has no replicas.
+    placement: str | None = None
     # For observers (relax_gym_core.observe): the last event seen and when, so each event can say how long
     # the trial spent in the phase it ends. Kept only while observers are installed.
     last_event: TrialEvent | None = None

@@ -4,6 +4,8 @@ The book ends those trials at start (cause service_restart, trials/book.py recov
 their cleanup, run by rollout id (Runtime.handle_for) through the usual ladder, abort -> force -> probe.
 An environment that cannot be reached at start (or cannot prove it yet) is tried again with back-off:
 the trial reads `cleanup: pending` meanwhile, and `unverified` once the service gives up. Never dropped.
+A handle that says it is `unreachable` (the replica that ran the run is gone with its process) is
+`unverified` at once: waiting cannot bring it back.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ async def prove_released(
     """Run `ladder` on `handle` until it confirms, with back-off; unverified when `policy` gives up (or
     when no runtime could address the run at all: handle None)."""
     if handle is None:
+        return CLEANUP_UNVERIFIED
+    if getattr(handle, "unreachable", False):
+        # What ran it is gone for good (a replica of an earlier process): no retry can prove anything.
+        logger.warning("recovery: cleanup of %s unverifiable (the replica that ran it is gone)", label)
         return CLEANUP_UNVERIFIED
     give_up_at = clock() + policy.give_up_s
     delay = policy.first_retry_s

@@ -221,7 +221,9 @@ class TrialService:
         handle_for = getattr(runtime, "handle_for", None)  # a plugin runtime may predate it
         if handle_for is not None:
             try:
-                handle = handle_for(trial.rollout_id)
+                # A recorded placement (the replica that ran it) goes to the runtime that recorded it.
+                where = {} if trial.placement is None else {"placement": trial.placement}
+                handle = handle_for(trial.rollout_id, **where)
             except Exception:
                 logger.exception("recovery: no handle for request_id=%s", trial.request_id)
         label = f"request_id={trial.request_id} environment={trial.env[0]} config={trial.env[1]}"
@@ -265,6 +267,9 @@ class TrialService:
             self._starts[request_id] = start
             handle = await asyncio.shield(start)
             self._handles[request_id] = handle
+            placement = getattr(handle, "placement", None)  # the replica a pooled runtime chose
+            if isinstance(placement, str):
+                self.book.place(request_id, placement)
             del self._starts[request_id], start, context, request  # nothing may pin them for the whole run
             self.book.drop_task(request_id)  # the runtime has the task now; keep the trial small
             result = await handle.wait()

@@ -1,0 +1,531 @@
+"""RayLauncher on a real two-node Ray cluster simulated on this machine: workplace_assistant replicas
+placed by Ray on different nodes, each a Ray actor owning real NeMo Gym server processes.
+
+The cluster is Ray's own test utility (`ray.cluster_utils.Cluster`) run by tests/ray/cluster_main.py in the
+NeMo Gym environment, once for the module (Ray is heavy): every component on 127.0.0.1, no dashboard, each
+node holding one unit of the custom resource `relax_gym_replica`. The tests learn the PIDs of everything
+under it (GCS, raylets, agents, workers, actors and the servers they start) and assert none is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import ipaddress
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import pytest
+
+from relax_gym_core.client import ClientOptions, GatewayClient
+from relax_gym_core.environments import make_plugin_manager
+from relax_gym_core.gym.processes import gym_python, stop_process
+from relax_gym_core.gym.ray_launcher import RayLauncher, RayReplica
+from relax_gym_core.gym.replicas import ReplicaSpec, replica_names
+from relax_gym_core.protocol import PROTOCOL_VERSION, CreateTrialRequest, TrialSnapshot, parse_create_request
+from relax_gym_core.testing import (
+    Gate,
+    RecordedRequest,
+    ScriptedReply,
+    ToolCall,
+    reply_text,
+    reply_tool_calls,
+)
+from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy, start_up
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+pytest.importorskip("relax_gym_workplace")
+from relax_gym_workplace.data import example_rows  # noqa: E402
+
+ENVIRONMENT = "workplace_assistant"
+RESOURCES_SERVER = "workplace_assistant"
+STARTUP_TIMEOUT_S = 600.0  # NeMo Gym servers on a 2-core host shared with a Ray cluster
+
+
+def until(condition: Callable[[], bool], what: str, bound_s: float = 120.0) -> None:
+    """Wait for a condition that must come (a bound only so a broken build fails instead of hanging)."""
+    stop = time.monotonic() + bound_s
+    while not condition():
+        if time.monotonic() > stop:
+            pytest.fail(f"never happened: {what}")
+        time.sleep(0.2)
+
+
+def spec(name: str) -> ReplicaSpec:
+    definition = make_plugin_manager().environments.get(ENVIRONMENT)
+    # No model calls here: the gateway's address is only written into the agents' config.
+    return ReplicaSpec(name=name, servers=definition.servers, gateway_host="127.0.0.1", gateway_port=9)
+
+
+def answers(replica: RayReplica) -> bool:
+    with httpx.Client(trust_env=False, timeout=10) as http:
+        roots = [http.get(f"{url}/").status_code for url in replica.urls.values()]
+        sessions = http.get(f"{replica.urls[RESOURCES_SERVER]}/relax_gym/sessions").json()
+    return roots == [200] * len(replica.urls) and sessions["sessions"] == 0
+
+
+def working_dirs(pids: list[int]) -> set[Path]:
+    """The servers' working directories (their logs): a replica removes its own when stopped; one that
+    died hard (actor or node killed) cannot, and the test removes what it left."""
+    found = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            found.add(Path(os.readlink(f"/proc/{pid}/cwd")))
+    return found
+
+
+def server_pids(cluster: RayCluster) -> list[int]:
+    return [pid for pid in cluster.processes() if "relax_gym_core.gym.launch" in command_line(pid)]
+
+
+def gone(pids: tuple[int, ...]) -> bool:
+    return all(not os.path.exists(f"/proc/{pid}") or _zombie(pid) for pid in pids)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+CLUSTER_MAIN = Path(__file__).with_name("cluster_main.py")
+# Ray starts many Python processes (agents, workers) that import much of Ray: with bytecode caching off
+# ($PYTHONDONTWRITEBYTECODE) each compiles it again, seconds of CPU apiece. They cache it here instead,
+# outside the installed packages.
+PYCACHE = Path(__file__).resolve().parents[2] / ".gym" / "pycache"
+REPLICA_RESOURCE = "relax_gym_replica"
+
+
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(parent PID, start time) of a live, non-zombie process; None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[1]), fields[19]
+
+
+def descendants(root: int) -> dict[int, str]:
+    """PID -> start time of every live process below `root` (the start time tells a reused PID apart)."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
+            children.setdefault(stat[0], []).append((int(entry.name), stat[1]))
+    found: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for pid, started in children.get(todo.pop(), []):
+            found[pid] = started
+            todo.append(pid)
+    return found
+
+
+def still_running(processes: dict[int, str]) -> list[int]:
+    return sorted(
+        pid for pid, started in processes.items() if (s := _stat(pid)) is not None and s[1] == started
+    )
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        pass
+    return inodes
+
+
+def _address(hex_address: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
+    host, port = hex_address.split(":")
+    raw = bytes.fromhex(host)  # /proc/net/tcp*: 32-bit words in host (little-endian) order
+    packed = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return ipaddress.ip_address(packed), int(port, 16)
+
+
+def listening(pids: list[int]) -> list[tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]]:
+    """The TCP addresses these processes listen on (from /proc, as `ss -ltnp` would show them)."""
+    inodes = set().union(*(_socket_inodes(pid) for pid in pids)) if pids else set()
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.append(_address(fields[1]))
+    return found
+
+
+def is_loopback(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+class RayCluster:
+    def __init__(self, process: subprocess.Popen[str], info: dict[str, Any]) -> None:
+        self.process = process
+        self.address: str = info["address"]
+        self.node_ids: list[str] = [node["node_id"] for node in info["nodes"]]
+
+    def remove_node(self, index: int) -> None:
+        """Cluster.remove_node on a worker node: its raylet and everything on it go."""
+        stdin: IO[str] | None = self.process.stdin
+        assert stdin is not None and self.process.stdout is not None
+        stdin.write(f"remove {index}\n")
+        stdin.flush()
+        assert json.loads(self.process.stdout.readline()) == {"removed": self.node_ids[index]}
+        self.node_ids[index] = ""
+
+    def add_node(self) -> str:
+        """A node like the others (one unit of the replica resource)."""
+        stdin: IO[str] | None = self.process.stdin
+        assert stdin is not None and self.process.stdout is not None
+        stdin.write("add\n")
+        stdin.flush()
+        node_id: str = json.loads(self.process.stdout.readline())["added"]
+        self.node_ids.append(node_id)
+        return node_id
+
+    @property
+    def live_node_ids(self) -> set[str]:
+        return {node for node in self.node_ids if node}
+
+    def processes(self) -> dict[int, str]:
+        return descendants(self.process.pid)
+
+
+def _start_cluster(base: str) -> tuple[subprocess.Popen[str], dict[str, Any]] | None:
+    process = subprocess.Popen(
+        [gym_python(), str(CLUSTER_MAIN), "2", base],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ray_environ(),
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if line:
+        return process, json.loads(line)
+    stop_process(process, signal.SIGTERM, timeout_s=120)  # it failed and cleaned up after itself
+    _close(process)
+    return None
+
+
+def ray_environ() -> dict[str, str]:
+    environ = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    return {**environ, "PYTHONPYCACHEPREFIX": str(PYCACHE), "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _close(process: subprocess.Popen[str]) -> None:
+    for stream in (process.stdin, process.stdout):
+        if stream is not None:
+            stream.close()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[RayCluster]:
+    with tempfile.TemporaryDirectory(prefix="rg-ray-") as base:  # short: Ray's socket paths must fit
+        # A raylet gives its node's agents 15 s to report their ports, then aborts: on a busy 2-core host
+        # a node's start can fail. Such a start leaves nothing behind; it is tried again.
+        started = None
+        for _ in range(3):
+            started = _start_cluster(base)
+            if started is not None:
+                break
+        if started is None:
+            pytest.fail("the Ray test cluster did not start in 3 attempts (see stderr)")
+        process, info = started
+        cluster = RayCluster(process, info)
+        seen: dict[int, str] = {}
+        try:
+            yield cluster
+        finally:
+            seen = cluster.processes()
+            stop_process(process, signal.SIGTERM, timeout_s=120)
+            _close(process)
+        # Every raylet, GCS, agent, worker and actor this cluster ran is gone, not just the cluster's
+        # own process.
+        assert still_running(seen) == []
+
+
+def test_replicas_spread_over_nodes_die_visibly_and_leave_nothing(ray_cluster: RayCluster) -> None:
+    started = time.monotonic()
+    launcher = RayLauncher(ray_cluster.address, {REPLICA_RESOURCE: 1})
+    host_pid = launcher._process.pid
+    names = replica_names(ENVIRONMENT, 3)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        first, second = pool.map(
+            lambda name: launcher.start(spec(name), startup_timeout_s=STARTUP_TIMEOUT_S), names[:2]
+        )
+    print(f"2 replicas up in {time.monotonic() - started:.1f} s")  # noqa: T201 - reported timing
+
+    # Ray placed them on different nodes (each node holds one unit of the resource they ask for); each
+    # listens on its node's address, answers, and runs its servers under its actor.
+    assert {first.location, second.location} == ray_cluster.live_node_ids
+    assert first.node_ip == second.node_ip == "127.0.0.1"
+    assert answers(first) and answers(second)
+    assert first.alive() and second.alive()
+    for replica in (first, second):
+        assert "ReplicaActor" in command_line(replica.actor_pid)
+        assert set(replica.server_pids) <= set(descendants(replica.actor_pid))
+        assert all("relax_gym_core.gym.launch" in command_line(pid) for pid in replica.server_pids)
+    dirs = working_dirs([*first.server_pids, *second.server_pids])
+    assert len(dirs) == 2  # one per replica
+    # Nothing of the cluster, the host or the replicas listens beyond loopback.
+    ours = [*ray_cluster.processes(), *descendants(os.getpid())]
+    addresses = listening(ours)
+    assert addresses and [a for a, _ in addresses if not is_loopback(a)] == []
+
+    # 1. The actor's process dies: the handle says so, and its servers died with it (PR_SET_PDEATHSIG).
+    os.kill(first.actor_pid, signal.SIGKILL)
+    until(lambda: not first.alive(), "a killed actor's replica reported dead")
+    until(lambda: gone(first.server_pids), "the killed actor's servers gone")
+    assert second.alive()
+    assert not first.alive()  # dead is final
+
+    # A replacement takes the freed node (the survivor's node has no replica resource left).
+    third = launcher.start(spec(names[2]), startup_timeout_s=STARTUP_TIMEOUT_S)
+    assert third.location == first.location and answers(third)
+    dirs |= working_dirs(list(third.server_pids))
+
+    # 2. The node of one replica is lost (Cluster.remove_node: its raylet and everything on it).
+    on_worker, on_head = (third, second) if third.location == ray_cluster.node_ids[1] else (second, third)
+    ray_cluster.remove_node(1)
+    until(lambda: not on_worker.alive(), "a replica on a removed node reported dead")
+    until(lambda: gone(on_worker.server_pids), "the removed node's servers gone")
+    assert on_head.alive()
+
+    # 3. One server process of a replica exits: the replica is dead.
+    os.kill(on_head.server_pids[0], signal.SIGKILL)
+    until(lambda: not on_head.alive(), "a replica whose server exited reported dead")
+
+    # close(): every actor killed, every server process gone, the host gone; the handles stay dead.
+    replicas = (first, second, third)
+    launcher.close()
+    launcher.close()  # idempotent
+    for replica in replicas:
+        replica.stop()  # idempotent, and harmless after close
+        assert not replica.alive()
+    left = [p for p in descendants(ray_cluster.process.pid) if "ReplicaActor" in command_line(p)]
+    assert left == []
+    assert gone(tuple(pid for replica in replicas for pid in (replica.actor_pid, *replica.server_pids)))
+    assert still_running({host_pid: "any"}) == [] or gone((host_pid,))
+    assert [p for p in descendants(ray_cluster.process.pid) if "gym.launch" in command_line(p)] == []
+    print(f"whole run {time.monotonic() - started:.1f} s")  # noqa: T201 - reported timing
+    for directory in dirs:  # every replica here died hard: nothing could remove its logs
+        shutil.rmtree(directory, ignore_errors=True)
+    ray_cluster.add_node()  # two nodes again for the next test
+
+
+# ---- `relax-gym up --replicas 2 --ray ADDRESS`: one gateway, trials on both nodes ---------------------
+
+SAFETY_S = 300.0  # a bound on waiting for something that must happen, not a timing assertion
+OPTIONS = ClientOptions(poll_interval_s=0.05)
+_tokens = itertools.count()
+REPLY_BODY = "Thanks for the update - I will get back to you tomorrow."  # what task 0's verifier expects
+
+
+class Policy:
+    """A scripted policy: every trial solves task 0 (search, reply, done), each answer held by a gate."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, Gate] = {}
+        self.server = ScriptedPolicy(self.answer)
+
+    def answer(self, request: RecordedRequest) -> ScriptedReply:
+        items = request.body.get("input", []) if isinstance(request.body, dict) else []
+        step = sum(
+            1 for item in items if isinstance(item, dict) and item.get("type") == "function_call_output"
+        )
+        if step == 0:
+            reply = reply_tool_calls(
+                ToolCall("email_search_emails", {"query": "Task Update on Develop prototype"})
+            )
+        elif step == 1:
+            reply = reply_tool_calls(
+                ToolCall("email_reply_email", {"email_id": "00000057", "body": REPLY_BODY})
+            )
+        else:
+            reply = reply_text("Done.")
+        gate = self.gates.get(request.bearer or "")
+        return reply.held(gate) if gate is not None else reply
+
+    def first_calls(self, tokens: list[str]) -> int:
+        seen = {r.bearer for r in self.server.model_requests("responses")}
+        return sum(token in seen for token in tokens)
+
+    def trial(self, gate: Gate) -> CreateTrialRequest:
+        token = f"agentic_session_shard_0.session-ray{next(_tokens):04d}"
+        self.gates[token] = gate
+        converted = make_plugin_manager().convert_row(ENVIRONMENT, example_rows()[0])
+        body = {
+            "protocol_version": PROTOCOL_VERSION,
+            "request_id": f"relax-ray-{token}",
+            "session": {"session_id": token, "group_id": "ray", "rollout_mode": "eval"},
+            "environment": {
+                "name": ENVIRONMENT,
+                "config": "workplace-assistant-v1",
+                "task": {"messages": converted["input"], "metadata": converted["metadata"]},
+            },
+            "model_endpoint": {"base_url": self.server.base_url, "api_key": token, "model": "policy-alias"},
+            "interrupt_policy": "protected",
+            "deadline_s": 600,
+            "lease_s": 600,
+        }
+        return parse_create_request(json.dumps(body))
+
+
+def ray_replicas_of(gateway: GatewayProcess) -> dict[str, tuple[str, dict[str, str]]]:
+    """replica name -> (Ray node id, server name -> URL), from the lines `relax-gym up` printed."""
+    found: dict[str, tuple[str, dict[str, str]]] = {}
+    for line in gateway.output:
+        match = re.match(r"NeMo Gym server (\S+) at (\S+) \(on (\S+)\) \[replica (\S+)\]", line)
+        if match:
+            server, url, node, replica = match.groups()
+            found.setdefault(replica, (node, {}))[1][server] = url
+    return found
+
+
+async def sessions(resources_url: str) -> int:
+    async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
+        count: int = (await http.get(f"{resources_url}/relax_gym/sessions")).json()["sessions"]
+    return count
+
+
+async def replica_counts(gateway: GatewayProcess) -> dict[str, Any]:
+    async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
+        counts: dict[str, Any] = (await http.get(f"{gateway.url}/readyz")).json()["replicas"][ENVIRONMENT]
+    return counts
+
+
+async def eventually(predicate: Callable[[], Any], what: str) -> None:
+    stop = asyncio.get_running_loop().time() + SAFETY_S
+    while not await _value(predicate()):
+        assert asyncio.get_running_loop().time() < stop, what
+        await asyncio.sleep(0.2)
+
+
+async def _value(result: Any) -> Any:
+    return await result if inspect.isawaitable(result) else result
+
+
+@pytest.mark.anyio
+async def test_up_with_ray_replicas_runs_trials_on_both_nodes_and_survives_a_lost_node(
+    ray_cluster: RayCluster,
+) -> None:
+    started = time.monotonic()
+    policy = Policy()
+    args = ("--replicas", "2", "--ray", ray_cluster.address, "--max-concurrency", "32")
+    args += ("--replica-resources", json.dumps({REPLICA_RESOURCE: 1}))
+    env = {"RELAX_GYM_REPLICA_PROBE_INTERVAL_S": "0.2", "RELAX_GYM_REPLICA_RESTART_DELAY_S": "2"}
+    with policy.server, start_up([ENVIRONMENT], env=env, extra_args=args) as gateway:
+        print(f"`up --replicas 2 --ray` ready in {time.monotonic() - started:.1f} s")  # noqa: T201
+        replicas = ray_replicas_of(gateway)
+        assert sorted(replicas) == ["workplace_assistant#0", "workplace_assistant#1"]
+        assert {node for node, _ in replicas.values()} == ray_cluster.live_node_ids  # one per node
+        resources = {name: urls[RESOURCES_SERVER] for name, (_, urls) in replicas.items()}
+        assert await replica_counts(gateway) == {"wanted": 2, "healthy": 2, "starting": 0, "lost": 0}
+        here = descendants(gateway.pid)  # the Ray host (a driver of the cluster) runs under `up`
+        dirs = working_dirs(server_pids(ray_cluster))
+        assert len(dirs) == 2
+
+        async with GatewayClient(gateway.url, options=OPTIONS) as client:
+            # ---- four trials held at their first model call: two on each node, all cleaned up there ----
+            gate = Gate()
+            batch = [policy.trial(gate) for _ in range(4)]
+            await asyncio.gather(*(client.create(request) for request in batch))
+            tokens = [r.session.session_id for r in batch]
+            await eventually(lambda: policy.first_calls(tokens) == 4, "every trial's first model call")
+            assert [await sessions(url) for url in resources.values()] == [2, 2]
+            gate.open()
+            for request in batch:
+                snapshot = await client.settled(request.request_id, timeout_s=SAFETY_S)
+                assert (snapshot.status.value, snapshot.reward, snapshot.cleanup) == (
+                    "completed",
+                    1.0,
+                    "confirmed",
+                )
+            assert [await sessions(url) for url in resources.values()] == [0, 0]
+
+            # ---- a node is lost mid-run: its replica's trials fail typed, the other node's go on -------
+            gate = Gate()
+            batch = [policy.trial(gate) for _ in range(4)]
+            await asyncio.gather(*(client.create(request) for request in batch))
+            tokens = [r.session.session_id for r in batch]
+            await eventually(lambda: policy.first_calls(tokens) == 4, "the four trials' first model calls")
+            assert [await sessions(url) for url in resources.values()] == [2, 2]
+            worker = next(i for i, node in enumerate(ray_cluster.node_ids) if i > 0 and node)
+            ray_cluster.remove_node(worker)
+            snapshots: dict[str, TrialSnapshot] = {}
+
+            async def two_failed() -> bool:
+                for request in batch:
+                    snapshots[request.request_id] = await client.get(request.request_id)
+                return sum(s.status.value == "failed" for s in snapshots.values()) == 2
+
+            await eventually(two_failed, "the lost node's two trials to fail")
+            assert sorted(s.status.value for s in snapshots.values()) == [
+                "failed",
+                "failed",
+                "running",
+                "running",
+            ]
+            for request in batch:
+                if snapshots[request.request_id].status.value == "failed":
+                    snapshot = await client.settled(request.request_id, timeout_s=SAFETY_S)
+                    assert snapshot.error is not None and snapshot.error["kind"] == "replica_lost"
+                    assert (snapshot.cleanup, snapshot.reward) == ("unverified", None)  # never a score
+            counts = await replica_counts(gateway)
+            assert (counts["healthy"], counts["lost"]) == (1, 1)
+
+            # ---- a node joins: the replacement is placed there -----------------------------------------
+            new_node = ray_cluster.add_node()
+
+            async def replaced() -> bool:
+                return (await replica_counts(gateway))["healthy"] == 2
+
+            await eventually(replaced, "a replacement replica on the new node")
+            assert ray_replicas_of(gateway)["workplace_assistant#2"][0] == new_node
+            survivors = working_dirs(server_pids(ray_cluster))
+            assert len(survivors) == 2
+            gate.open()
+            for request in batch:
+                if snapshots[request.request_id].status.value != "failed":
+                    snapshot = await client.settled(request.request_id, timeout_s=SAFETY_S)
+                    assert (snapshot.status.value, snapshot.reward) == ("completed", 1.0)
+        here.update(descendants(gateway.pid))
+    # `up` stopped (SIGTERM): every replica's actor and servers are gone from every node, and the host too.
+    assert [p for p in ray_cluster.processes() if "ReplicaActor" in command_line(p)] == []
+    assert [p for p in ray_cluster.processes() if "gym.launch" in command_line(p)] == []
+    assert still_running(here) == []
+    assert [d for d in survivors if d.exists()] == []  # stopped replicas removed their logs
+    for directory in dirs - survivors:  # the lost node's replica could not
+        shutil.rmtree(directory, ignore_errors=True)
+    print(f"`up --ray` test {time.monotonic() - started:.1f} s")  # noqa: T201 - reported timing
