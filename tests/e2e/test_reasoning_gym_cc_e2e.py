@@ -172,18 +172,38 @@ def processes_running(path: str) -> list[int]:
     return found
 
 
-def claude_processes() -> list[int]:
-    """The CLI processes of trials (marked with the rollout in their environment); a CLI that another test
-    runs, or a developer's own, is not one."""
-    marked = []
+def rollout_of(pid: int) -> str | None:
+    """The rollout a trial's process is marked with (the agent sets it in every process of the trial)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    prefix = f"{MARKER}=".encode()
+    return next((item[len(prefix) :].decode() for item in environ if item.startswith(prefix)), None)
+
+
+def claude_processes(rollout: str | None = None) -> list[int]:
+    """The CLI processes of trials (of one trial, given its rollout); a CLI that another test runs, or a
+    developer's own, is not one."""
+    found = []
     for pid in processes_running(str(claude.locate().path.resolve())):
+        marked = rollout_of(pid)
+        if marked is not None and rollout in (None, marked):
+            found.append(pid)
+    return found
+
+
+def describe(pids: list[int]) -> str:
+    """Each process's parent and command line, for a failure message."""
+    lines = []
+    for pid in pids:
         try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
         except OSError:
             continue
-        if environ.startswith(f"{MARKER}=".encode()) or f"\0{MARKER}=".encode() in environ:
-            marked.append(pid)
-    return marked
+        lines.append(f"{pid} (parent {parent}): {cmdline[:300]}")
+    return "\n".join(lines)
 
 
 async def until(condition: Callable[[], Any]) -> Any:
@@ -262,7 +282,7 @@ def test_a_bash_round_trip_through_the_thin_client_scores_one(
             return await client.settled(output["metadata"]["nemo_gym"]["request_id"], timeout_s=SAFETY_S)
 
     assert asyncio.run(settled()).cleanup.value == "confirmed"
-    assert claude_processes() == []
+    assert claude_processes() == [], describe(claude_processes())
     assert asyncio.run(agent_state(agent_url))["live"] == []
     readiness = httpx.get(f"{agent_url}/", trust_env=False).json()  # what GET / (readiness) reports
     assert readiness["sandbox"].startswith("bubblewrap 0.11.0 at ")
@@ -313,8 +333,9 @@ async def test_an_abort_during_the_bash_call_leaves_no_process_and_no_directory(
     request = trial_request(policy, token)
     async with GatewayClient(stack.url, options=OPTIONS) as client:
         await client.create(request)
-        await until(lambda: processes_running(command))  # Bash runs it in the sandbox
-        assert len(claude_processes()) == 1
+        sleepers = await until(lambda: processes_running(command))  # Bash runs it in the sandbox
+        (rollout,) = {rollout_of(pid) for pid in sleepers} - {None}  # marked as the trial's
+        assert claude_processes(rollout), describe(claude_processes())  # and its CLI is live
         state = await agent_state(agent_url)
         (live,) = set(state["directories"]) - before  # the trial's settings, as its CLI read them:
         settings = settings_of(state["trials_dir"], live)
@@ -324,7 +345,7 @@ async def test_an_abort_during_the_bash_call_leaves_no_process_and_no_directory(
         snapshot = await client.settled(request.request_id, timeout_s=SAFETY_S)
     assert (snapshot.status.value, snapshot.error, snapshot.reward) == ("aborted", {"code": "aborted"}, None)
     assert snapshot.cleanup.value == "confirmed"
-    assert (processes_running(command), claude_processes()) == ([], [])
+    assert (processes_running(command), claude_processes(rollout)) == ([], []), describe(claude_processes())
     state = await agent_state(agent_url)
     assert (state["live"], set(state["directories"]) - before) == ([], set())
     assert len(policy.requests_of(token)) == 1  # the CLI never came back after the abort
@@ -340,5 +361,5 @@ async def test_sixteen_concurrent_trials_complete(
         ("completed", 1.0, "confirmed")
     ] * 16
     assert all([tool_results(r) for r in policy.requests_of(token)] == [[], ["42"]] for _, token in results)
-    assert claude_processes() == []
+    assert claude_processes() == [], describe(claude_processes())
     assert (await agent_state(agent_url))["live"] == []
