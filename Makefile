@@ -63,13 +63,18 @@ uv.lock: pyproject.toml $(wildcard plugins/*/pyproject.toml) | $(UV)
 
 env: $(VENV)/.synced
 
+# pytest-xdist workers (one per core by default; `PYTEST_WORKERS=0` runs in one process). --dist loadgroup
+# keeps the tests of each shared NeMo Gym server set on one worker, so each set starts once.
+PYTEST_WORKERS ?= auto
+XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
+
 # Everything: lint and types first (seconds; they run here so they cannot rot), then every test.
 test: env gym lint typecheck
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # For development: no NeMo Gym servers, no real CLI end to end, nothing slow (markers e2e and slow).
 test-fast: env gym
-	$(PY) -m pytest -q -m "not e2e and not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not e2e and not slow" $(PYTEST_ARGS)
 
 demo: env gym
 	$(PY) -m relax_gym_core.demo
