@@ -26,10 +26,11 @@ import httpx
 import pytest
 
 from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
-from relax_gym_core.environments import make_plugin_manager
+from relax_gym_core.environments import VerifierProbe, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import (
     Gate,
+    OracleScript,
     RecordedRequest,
     ScriptedReply,
     ToolCall,
@@ -363,3 +364,24 @@ async def test_sixteen_concurrent_trials_complete(
     assert all([tool_results(r) for r in policy.requests_of(token)] == [[], ["42"]] for _, token in results)
     assert claude_processes() == [], describe(claude_processes())
     assert (await agent_state(agent_url))["live"] == []
+
+
+async def test_the_oracle_policy_of_make_demo_recognises_the_row_through_the_cli(
+    policy: Policy, stack: GatewayProcess
+) -> None:
+    """`make demo` drives every environment with OracleScript; the CLI sends the row's prompt with blocks
+    of its own beside it in the user message, and the oracle still knows the row."""
+    prompt = session_input()["messages"]
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "<answer>42</answer>"}],
+    }
+    probe = VerifierProbe(
+        name="own-answer",
+        row={"responses_create_params": {"input": prompt}},
+        output=(answer,),
+        expected_reward=1.0,
+    )
+    snapshot, _ = await trial(policy, stack, OracleScript([probe]))
+    assert (snapshot.status.value, snapshot.reward, snapshot.cleanup.value) == ("completed", 1.0, "confirmed")

@@ -79,10 +79,18 @@ class OracleScript:
     def __len__(self) -> int:
         return len(self._plans)
 
+    def _plan(self, text: str) -> tuple[list[ToolCall], str] | None:
+        plan = self._plans.get(text)
+        if plan is None:
+            # An agent harness may add its own blocks around the row's prompt (the Claude Code CLI sends
+            # reminders beside it in the same user message): the prompt is still there, whole.
+            plan = next((p for key, p in self._plans.items() if key and key in text), None)
+        return plan
+
     def __call__(self, request: RecordedRequest) -> ScriptedReply:
         body = request.body if isinstance(request.body, dict) else {}
         key = last_user_text(body.get("input") if "input" in body else body.get("messages"))
-        plan = self._plans.get(key or "")
+        plan = self._plan(key or "")
         if plan is None:
             return reply_text("I do not know this task.")
         calls, final = plan
