@@ -90,6 +90,8 @@ bench: env gym
 	$(PY) bench/lifecycle.py
 	$(PY) bench/bridge.py
 	$(PY) bench/rollout.py
+	$(PY) bench/server_start.py
+	$(PY) bench/replicas.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .gym
