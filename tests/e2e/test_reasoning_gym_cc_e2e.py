@@ -42,7 +42,7 @@ from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
 
 pytest.importorskip("relax_gym_reasoning_gym_cc")
 from relax_gym_reasoning_gym_cc import claude
-from relax_gym_reasoning_gym_cc.trials import MARKER
+from relax_gym_reasoning_gym_cc.trials import MARKER, dir_prefix
 
 ENV, CONFIG = "reasoning_gym", "reasoning-gym-cc-v1"
 AGENT = "reasoning_gym_claude_code_agent_model_server"
@@ -239,6 +239,11 @@ def note_of(workspace: Path) -> str:
     return (workspace / "note").read_text()
 
 
+def directories_of(state: dict[str, Any], rollout: str) -> list[str]:
+    """The trial directories of one rollout in an agent's state (others' may be there too)."""
+    return [name for name in state["directories"] if name.startswith(dir_prefix(rollout))]
+
+
 async def agent_state(agent_url: str) -> dict[str, Any]:
     async with httpx.AsyncClient(trust_env=False) as http:
         state: dict[str, Any] = (await http.get(f"{agent_url}/relax_gym/trials")).json()
@@ -337,7 +342,6 @@ async def test_the_sandbox_keeps_bash_off_the_network_the_system_and_other_trial
 async def test_an_abort_during_the_bash_call_leaves_no_process_and_no_directory(
     policy: Policy, stack: GatewayProcess, agent_url: str
 ) -> None:
-    before = set((await agent_state(agent_url))["directories"])
     token = new_token()
     command = f"sleep 290.{next(_tokens):04d}"  # names this trial's sandboxed command in /proc
     policy.behaviours[token] = steps(bash(command), reply_text("<answer>42</answer>"))
@@ -348,7 +352,10 @@ async def test_an_abort_during_the_bash_call_leaves_no_process_and_no_directory(
         (rollout,) = {rollout_of(pid) for pid in sleepers} - {None}  # marked as the trial's
         assert claude_processes(rollout), describe(claude_processes())  # and its CLI is live
         state = await agent_state(agent_url)
-        (live,) = set(state["directories"]) - before  # the trial's settings, as its CLI read them:
+        # The trials directory is shared by every agent on the machine: this trial's is named by its rollout.
+        found = directories_of(state, rollout)
+        assert len(found) == 1, state
+        (live,) = found  # the trial's settings, as its CLI read them:
         settings = settings_of(state["trials_dir"], live)
         assert settings["env"]["DISABLE_COMPACT"] == "1"  # compaction off: linear histories
         assert "Bash" not in settings["permissions"]["deny"] and "Read" in settings["permissions"]["deny"]
@@ -359,7 +366,7 @@ async def test_an_abort_during_the_bash_call_leaves_no_process_and_no_directory(
     assert (leftover := claude_processes_after_cleanup(rollout)) == [], describe(leftover)
     assert processes_running(command) == []
     state = await agent_state(agent_url)
-    assert (state["live"], set(state["directories"]) - before) == ([], set())
+    assert (rollout not in state["live"], directories_of(state, rollout)) == (True, []), state
     assert len(policy.requests_of(token)) == 1  # the CLI never came back after the abort
 
 
