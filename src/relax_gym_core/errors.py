@@ -10,7 +10,8 @@
     │   ├── TrialConflictError        same request_id, different payload (409)
     │   ├── QueueFullError            admission refused; carries retry_after_s (429)
     │   ├── EnvironmentNotRegisteredError / PolicyMismatchError / DeadlineTooLongError (400)
-    │   └── ServiceClosingError       the gateway is shutting down (503)
+    │   ├── ServiceClosingError       the gateway is shutting down (503)
+    │   └── StoreUnavailableError     a change could not be made durable; nothing acknowledged (503)
     ├── CallbackError
     │   ├── CapabilityUnavailableError  unknown, inactive or expired rollout capability (410)
     │   ├── CallbackURLRejectedError    model_endpoint.base_url refused by the allowlist (400)
@@ -96,6 +97,11 @@ class DeadlineTooLongError(TrialError):
 
 class ServiceClosingError(TrialError):
     """The gateway is shutting down and admits no new trials."""
+
+
+class StoreUnavailableError(TrialError):
+    """The trial store could not make a change durable, so nothing about it was acknowledged (the change
+    stays pending and is written by a later batch; a create is idempotent, so the client retries it)."""
 
 
 class UnauthorizedError(TrialError):

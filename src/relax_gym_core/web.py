@@ -28,6 +28,7 @@ STATUS_CODES: dict[type[errors.RelaxGymError], int] = {
     errors.PolicyMismatchError: 400,
     errors.DeadlineTooLongError: 400,
     errors.ServiceClosingError: 503,
+    errors.StoreUnavailableError: 503,
     errors.UnauthorizedError: 401,
     errors.CapabilityUnavailableError: 410,
     errors.CallbackURLRejectedError: 400,
@@ -56,6 +57,8 @@ def error_response(exc: BaseException) -> Response:
         headers["WWW-Authenticate"] = "Bearer"
     elif isinstance(exc, errors.ServiceClosingError):
         headers["Retry-After"] = "5"  # a replacement gateway is usually up by then
+    elif isinstance(exc, errors.StoreUnavailableError):
+        headers["Retry-After"] = "1"  # the ledger retries its write within seconds
     elif isinstance(exc, (errors.UpstreamError, errors.CapabilityUnavailableError)):
         # The model call may already have been delivered (or the trial is over): an SDK must not replay it.
         headers["x-should-retry"] = "false"

@@ -17,6 +17,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from relax_gym_core.gateway import GatewaySettings, create_app, parse_environments
+from relax_gym_core.trials import ledger as ledger_module
 
 SAFETY_S = 60.0  # guards against hangs only
 STUCK_S = 1.0  # how long an answer must stay missing while the file is locked (it never comes early)
@@ -85,3 +86,28 @@ def test_create_and_abort_answer_only_once_written(gateway: tuple[TestClient, Pa
     assert answered.wait(SAFETY_S)
     assert answers[0].status_code == 202
     assert phase_in_file(ledger, request_id) in ("cancelling", "terminal")  # the abort is on record
+
+
+def test_a_write_that_cannot_land_is_answered_503_and_the_retried_create_is_acknowledged(
+    tmp_path: Path, make_body: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ledger that cannot be written (here: its lock held past the write's busy timeout) is an operating
+    condition, not a bug: 503 with Retry-After, nothing acknowledged; the client's retry of the same
+    create is acknowledged once the write lands."""
+    monkeypatch.setattr(ledger_module, "BUSY_TIMEOUT_S", 0.2)
+    envs = parse_environments(json.dumps(SPECS), source="test")
+    state_dir = tmp_path / "state"
+    body = make_body(echo={"sleep_s": 600})
+    with TestClient(create_app(GatewaySettings(environments=envs, state_dir=str(state_dir)))) as client:
+        ledger = state_dir / "ledger.sqlite3"
+        with FileLock(ledger):
+            refused = client.post("/v1/trials", json=body)
+            assert (refused.status_code, refused.headers.get("retry-after")) == (503, "1")
+            assert refused.json() == {"detail": "the trial ledger could not be written"}
+            assert phase_in_file(ledger, body["request_id"]) is None  # nothing acknowledged is missing
+        retried = client.post("/v1/trials", json=body)
+        assert retried.status_code == 202
+        assert phase_in_file(ledger, body["request_id"]) == "active"
+        # The run waited for its write-ahead record instead of failing for it.
+        assert client.get(f"/v1/trials/{body['request_id']}").json()["status"] in ("queued", "running")
+    assert "unhandled error" not in caplog.text  # not logged as a bug of ours

@@ -26,7 +26,7 @@ from typing import Final
 
 from attrs import frozen
 
-from relax_gym_core.errors import ConfigError
+from relax_gym_core.errors import ConfigError, StoreUnavailableError
 from relax_gym_core.protocol import CleanupState
 from relax_gym_core.trials.events import Clock
 from relax_gym_core.trials.idfilter import IdFilter
@@ -49,9 +49,10 @@ logger = logging.getLogger("relax_gym.ledger")
 RETRY_MIN_S: Final = 0.05
 RETRY_MAX_S: Final = 2.0
 CLOSE_ATTEMPTS: Final = 3  # failed writes tolerated while closing before the rest is given up
+BUSY_TIMEOUT_S: Final = 30.0  # how long a write waits for another holder of the file's lock
 
 
-class LedgerWriteError(RuntimeError):
+class LedgerWriteError(StoreUnavailableError):
     """A batch could not be written: the transitions in it were not acknowledged (the next batch retries)."""
 
     kind = "ledger_unavailable"
@@ -67,7 +68,9 @@ class _Written:
 
 def _connect(path: str, *, reader: bool) -> sqlite3.Connection:
     try:
-        connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        connection = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+        )
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=FULL")  # durable at commit, not only across process death
         if reader:

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 from attrs import frozen
 
-from relax_gym_core.errors import CapabilityUnavailableError
+from relax_gym_core.errors import CapabilityUnavailableError, StoreUnavailableError
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
 from relax_gym_core.runtimes.base import (
     CLEANUP_CONFIRMED,
@@ -147,6 +147,16 @@ class TrialService:
         if pending is not None:
             await pending
 
+    async def _durable(self, request_id: str) -> None:
+        """written(), through failed writes: the ledger retries them with back-off (no spin here), and
+        the trial's deadline bounds the wait. A disk that stalls delays a run; it does not fail it."""
+        while True:
+            try:
+                await self.written(request_id)
+            except StoreUnavailableError:
+                continue
+            return
+
     def renew(self, request_id: str) -> None:
         outcome = self.book.renew(request_id)
         if outcome is not None:
@@ -253,7 +263,7 @@ class TrialService:
             assert request is not None and trial.capability is not None
             # Write-ahead: the ledger knows the trial is running before its environment does, so a
             # restart never leaves a started run it believes was only queued.
-            await self.written(request_id)
+            await self._durable(request_id)
             runtime = self._runtimes[trial.env]
             context = RunContext(
                 request=request,
