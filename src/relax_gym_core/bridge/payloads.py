@@ -5,18 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-# Where an un-prefixed model call carries its trial capability: NeMo Gym 0.4.0's simple_agent resends
-# responses_create_params.metadata unchanged on every model call. The tag never goes upstream.
-CAPABILITY_TAG = "relax_gym_rollout"
+# Where an un-prefixed model call carries its trial capability (relax_gym_core.protocol.bridge says why).
+# The tag never goes upstream.
+from relax_gym_core.protocol import CAPABILITY_TAG, capability_of
+
+__all__ = ["CAPABILITY_TAG", "capability_from_body", "repair_responses", "upstream_body"]
 
 
 def capability_from_body(body: dict[str, Any]) -> str | None:
-    metadata = body.get("metadata")
-    if isinstance(metadata, dict):
-        value = metadata.get(CAPABILITY_TAG)
-        if isinstance(value, str) and value:
-            return value
-    return None
+    return capability_of(body.get("metadata"))
 
 
 def upstream_body(body: dict[str, Any], *, model: str, sampling_params: dict[str, Any]) -> dict[str, Any]:

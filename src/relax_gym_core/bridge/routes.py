@@ -43,7 +43,7 @@ from relax_gym_core.errors import (
     UpstreamError,
 )
 from relax_gym_core.observe import CallbackOutcome, Observers
-from relax_gym_core.protocol import jsonutil
+from relax_gym_core.protocol import BRIDGE_PREFIX, jsonutil
 from relax_gym_core.trials import CallbackTarget, TrialService
 from relax_gym_core.web import error_response, json_response, status_for
 
@@ -54,7 +54,7 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 KEEPALIVE = b": keep-alive\n\n"
 _NO_CAPABILITY = (
-    "model call carries no trial capability (use /ng-rollout/<id>/v1/... or metadata.relax_gym_rollout)"
+    f"model call carries no trial capability (use {BRIDGE_PREFIX}<id>/v1/... or metadata.{CAPABILITY_TAG})"
 )
 
 
@@ -76,7 +76,6 @@ def _sse_error(resource: str, message: str, payload: Any = None) -> bytes:
     return b"data: " + jsonutil.dumps(body) + b"\n\n"
 
 
-_PREFIX = "/ng-rollout/"
 # A capability tag as a JSON key: found in raw bytes so a call without a live one is refused unparsed.
 _TAG_RE = re.compile(rb'"' + CAPABILITY_TAG.encode() + rb'"\s*:\s*"([^"\\]{1,256})"')
 _MODEL_PATHS = {f"v1/{resource}": resource for resource in RESOURCES}
@@ -84,8 +83,8 @@ _MODEL_PATHS = {f"v1/{resource}": resource for resource in RESOURCES}
 
 def match_model_call(path: str) -> tuple[str | None, str] | None:
     """(rollout_id or None, resource) for a model-call path, else None: the routes in Bridge.routes()."""
-    if path.startswith(_PREFIX):
-        rollout_id, _, tail = path[len(_PREFIX) :].partition("/")
+    if path.startswith(BRIDGE_PREFIX):
+        rollout_id, _, tail = path[len(BRIDGE_PREFIX) :].partition("/")
         resource = _MODEL_PATHS.get(tail)
         return (rollout_id, resource) if rollout_id and resource else None
     resource = _MODEL_PATHS.get(path[1:])
@@ -109,11 +108,10 @@ class Bridge:
         self._keepalive_s = keepalive_s
 
     def routes(self) -> list[Route]:
-        routes = [Route("/ng-rollout/{rollout_id}/api/hello", self.hello, methods=["GET", "HEAD"])]
+        prefixed = f"{BRIDGE_PREFIX}{{rollout_id}}"
+        routes = [Route(f"{prefixed}/api/hello", self.hello, methods=["GET", "HEAD"])]
         for resource in RESOURCES:
-            routes.append(
-                Route(f"/ng-rollout/{{rollout_id}}/v1/{resource}", self._endpoint(resource), methods=["POST"])
-            )
+            routes.append(Route(f"{prefixed}/v1/{resource}", self._endpoint(resource), methods=["POST"]))
             routes.append(Route(f"/v1/{resource}", self._endpoint(resource), methods=["POST"]))
         return routes
 

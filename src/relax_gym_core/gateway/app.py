@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from relax_gym_core.bridge import CAPABILITY_TAG, UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply
+from relax_gym_core.bridge import UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply
 from relax_gym_core.environments import Hooks, make_plugin_manager
 from relax_gym_core.environments.registry import RuntimeFactory
 from relax_gym_core.environments.specs import EnvironmentSpec, environments_document
@@ -27,7 +27,13 @@ from relax_gym_core.gateway.limits import limit_bodies
 from relax_gym_core.gateway.metrics import GatewayMetrics
 from relax_gym_core.gateway.openapi import build_openapi
 from relax_gym_core.observe import Observer, Observers
-from relax_gym_core.protocol import PROTOCOL_VERSION, ServiceHealth, unstructure
+from relax_gym_core.protocol import (
+    CAPABILITY_TAG,
+    PROTOCOL_VERSION,
+    ServiceHealth,
+    bridge_url,
+    unstructure,
+)
 from relax_gym_core.protocol.jsonutil import canonical
 from relax_gym_core.runtimes import ModelRoute, Runtime, builtin
 from relax_gym_core.runtimes.pool import PoolRuntime, ReplicaPool
@@ -213,7 +219,7 @@ def create_app(
         scan_interval_s=settings.scan_interval_s,
         validate_endpoint=(lambda endpoint: policy.check(endpoint.base_url)) if policy else (lambda _e: None),
         model_route=lambda capability: ModelRoute(
-            base_url=f"{public_url}/ng-rollout/{capability}" if public_url else None,
+            base_url=bridge_url(public_url, capability) if public_url else None,
             metadata={CAPABILITY_TAG: capability},
         ),
         recovery=RecoveryPolicy(give_up_s=settings.recovery_give_up_s),

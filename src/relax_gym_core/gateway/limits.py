@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from relax_gym_core.bridge.routes import RESOURCES
 from relax_gym_core.errors import BodyTooLargeError
 from relax_gym_core.gateway.config import Limits
+from relax_gym_core.protocol import BRIDGE_PREFIX
 from relax_gym_core.web import error_response
 
 _NO_BODY_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -48,7 +49,7 @@ def limit_bodies(limits: Limits) -> Callable[[ASGIApp], ASGIApp]:
         # Cheaper than matching the route exactly, on every model call: a wrong path under the prefix
         # is answered 404 by the router whatever its cap.
         path = scope["path"]
-        if path.startswith("/ng-rollout/") or path in _UNPREFIXED_CALLS:
+        if path.startswith(BRIDGE_PREFIX) or path in _UNPREFIXED_CALLS:
             return model_call
         return create if path == "/v1/trials" else other
 

@@ -17,10 +17,11 @@ from typing import Any
 
 import attrs
 
-from relax_gym_core.bridge import CAPABILITY_TAG
 from relax_gym_core.bridge.routes import RESOURCES
 from relax_gym_core.gateway.config import GatewaySettings
 from relax_gym_core.protocol import (
+    BRIDGE_PREFIX,
+    CAPABILITY_TAG,
     PROTOCOL_VERSION,
     CreateTrialRequest,
     ErrorBody,
@@ -257,8 +258,9 @@ def _model_call_paths(error: dict[str, Any], too_large: dict[str, Any], cap: int
         "default": {"description": "the upstream model API's own error answer, passed through"},
     }
     rollout_id = {"name": "rollout_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    prefixed = f"{BRIDGE_PREFIX}{{rollout_id}}"
     paths: dict[str, Any] = {
-        "/ng-rollout/{rollout_id}/api/hello": {
+        f"{prefixed}/api/hello": {
             "get": {
                 "summary": "Base URL probe (Claude Code)",
                 "parameters": [rollout_id],
@@ -268,7 +270,7 @@ def _model_call_paths(error: dict[str, Any], too_large: dict[str, Any], cap: int
     }
     for resource in RESOURCES:
         body = {"required": True, "content": {_JSON: {"schema": call}}}
-        paths[f"/ng-rollout/{{rollout_id}}/v1/{resource}"] = {
+        paths[f"{prefixed}/v1/{resource}"] = {
             "post": {
                 "summary": f"Model call ({resource}) of the trial whose capability is in the path",
                 "parameters": [rollout_id],

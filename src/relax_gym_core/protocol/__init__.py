@@ -1,5 +1,7 @@
-"""relax-nemo-gym/v1: wire types, the one converter, strict JSON. Imports no web framework."""
+"""relax-nemo-gym/v1: wire types, the bridge's wire names, the one converter, strict JSON. Imports no web
+framework."""
 
+from relax_gym_core.protocol.bridge import BRIDGE_PREFIX, CAPABILITY_TAG, bridge_url, capability_of
 from relax_gym_core.protocol.converter import (
     converter,
     parse_create_request,
@@ -25,6 +27,8 @@ from relax_gym_core.protocol.types import (
 )
 
 __all__ = [
+    "BRIDGE_PREFIX",
+    "CAPABILITY_TAG",
     "PROTOCOL_VERSION",
     "CleanupState",
     "CreateTrialRequest",
@@ -37,6 +41,8 @@ __all__ = [
     "SessionInfo",
     "TrialSnapshot",
     "TrialStatus",
+    "bridge_url",
+    "capability_of",
     "converter",
     "parse_create_request",
     "parse_snapshot",

@@ -28,13 +28,13 @@ from urllib.parse import urlsplit
 from attrs import frozen
 from relax_gym_core.environments import NemoGymServer
 from relax_gym_core.errors import ConfigError
+from relax_gym_core.protocol import BRIDGE_PREFIX
 
 URL_VAR = "RELAX_GYM_MATH_JUDGE_URL"
 MODEL_VAR = "RELAX_GYM_MATH_JUDGE_MODEL"
 API_KEY_VAR = "RELAX_GYM_MATH_JUDGE_API_KEY"
 JUDGE_SERVER = "math_judge_model"
 POLICY_MODEL = "policy_model"  # the gateway under relax-gym: never the judge
-BRIDGE_ROUTE = "/ng-rollout/"  # the gateway's per-trial model-call prefix
 
 
 @frozen(kw_only=True)
@@ -79,7 +79,7 @@ def _checked_url(raw: str) -> str:
         raise _refuse(f"{URL_VAR}={raw!r} must be an http(s) URL with a host, e.g. http://judge:8000/v1")
     if parts.query or parts.fragment:
         raise _refuse(f"{URL_VAR}={raw!r} must be a base URL without query or fragment")
-    if BRIDGE_ROUTE in parts.path:
+    if BRIDGE_PREFIX in parts.path:  # the gateway's per-trial model-call prefix
         raise _refuse(
             f"{URL_VAR}={raw!r} is a trial's model-call route on the relax-gym gateway: the judge's "
             "calls would be recorded as the policy's own turns. Name the judge's own endpoint"

@@ -65,6 +65,8 @@ from relax_gym_r2e.workspace import (
 
 CLEANUP_PATH = "/cleanup/{rollout_id}"
 SANDBOXES_PATH = "/relax_gym/sandboxes"
+# Copies of relax_gym_core.protocol's wire names: this module runs in the NeMo Gym environment, where
+# relax_gym_core.protocol does not import (no cattrs there). tests/protocol/test_bridge_names.py pins them.
 CAPABILITY_TAG = "relax_gym_rollout"  # where the gateway puts the rollout id in the params' metadata
 SHAPING_REWARD = 0.1  # a patch that exists but does not resolve (Relax's R2E shaping)
 TOOLS = ("bash", "view", "str_replace")

@@ -52,6 +52,8 @@ from relax_gym_reasoning_gym_cc.sandbox import (
 
 LOG = logging.getLogger("relax_gym.reasoning_gym_cc")
 
+# Copies of relax_gym_core.protocol's wire names: this module runs in the NeMo Gym environment, where
+# relax_gym_core.protocol does not import (no cattrs there). tests/protocol/test_bridge_names.py pins them.
 CAPABILITY_TAG = "relax_gym_rollout"  # where the gateway puts the trial's capability in the params' metadata
 BRIDGE_PREFIX = "/ng-rollout/"  # the gateway's per-trial model-call prefix
 CLEANUP_PATH = "/cleanup/{rollout_id}"

@@ -36,6 +36,8 @@ from resources_servers.workplace_assistant.app import (
 
 CLEANUP_PATH = "/cleanup/{rollout_id}"
 SESSIONS_PATH = "/relax_gym/sessions"
+# Copies of relax_gym_core.protocol's wire names: this module runs in the NeMo Gym environment, where
+# relax_gym_core.protocol does not import (no cattrs there). tests/protocol/test_bridge_names.py pins them.
 CAPABILITY_TAG = "relax_gym_rollout"  # where the gateway puts the rollout id in the params' metadata
 
 
