@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from relax_gym_core.environments import make_plugin_manager
+from relax_gym_core.gym import installed
 from relax_gym_core.gym.processes import gym_python
 
 from relax_gym_reasoning_gym_cc import plugin
@@ -96,6 +97,13 @@ def test_bad_arguments_are_refused_before_the_library_loads(
         f"relax-gym-reasoning-gym-generate: error: {message}",
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_it_finds_the_nemo_gym_python_by_relax_gyms_rule(tmp_path: Path) -> None:
+    configured = tmp_path / "python"
+    configured.touch()
+    assert installed.gym_python({installed.PYTHON_VAR: str(configured)}) == str(configured)
+    assert installed.gym_python({}) == gym_python({})  # the rule `relax-gym up` uses: .gym/venv here
 
 
 def test_without_the_nemo_gym_environment_it_says_how_to_get_one(tmp_path: Path) -> None:

@@ -88,6 +88,12 @@ class CleanupContract:
     force_path: str | None = None
     probe_path: str | None = None
 
+    @classmethod
+    def at(cls, server: str, path: str) -> CleanupContract:
+        """The usual contract: one route of `server` (with "{rollout_id}") that POST releases (abort and
+        force alike) and GET probes."""
+        return cls(server=server, abort_path=path, force_path=path, probe_path=path)
+
     def resolve(self, base_url: str | None) -> CleanupURLs:
         """The URLs of this contract on a server at `base_url` (None when the contract names none)."""
         if self.stateless:

@@ -1,21 +1,24 @@
 """Built-in hook implementations that follow the relax-nemo-gym/v1 reference (registered trylast).
 
-Environments whose plugins do not answer convert_row, build_run_body or map_result get these.
+Environments whose plugins do not answer convert_row, build_run_body or map_result get these. Plugins build
+on them and on the helpers beside them (output_counts, verified_answer).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 from relax_gym_core.environments.hookspecs import hookimpl
-from relax_gym_core.errors import RowError
+from relax_gym_core.errors import EnvironmentFailure, RowError
 from relax_gym_core.protocol import Generation, TrialStatus
 from relax_gym_core.runtimes.base import RunResult
 
 _NOT_A_ROW = "NeMo Gym row must contain responses_create_params (a plugin converts rows of other shapes)"
 _NOT_PRESERVED = frozenset({"input", "tools", "parallel_tool_calls", "instructions"})
 _FANNED_INTO_PARAMS = frozenset({"tools", "parallel_tool_calls", "developer_message"})
+VERIFIER_ERROR = "verifier_error"
 
 
 @hookimpl(trylast=True)
@@ -91,6 +94,30 @@ def output_counts(output: Any) -> dict[str, int]:
         "tool_outputs": sum(item.get("type") == "function_call_output" for item in items),
         "assistant_messages": sum(item.get("type") == "message" for item in items),
     }
+
+
+def verified_answer(environment: str, body: dict[str, Any]) -> tuple[list[Any], float]:
+    """The scored output list and the reward of a verified /run answer.
+
+    NeMo Gym's /verify answers a numeric ``reward`` next to the ``response`` it scored, so an answer
+    without a response output list or a finite numeric (not boolean) reward was never scored: that is
+    ``EnvironmentFailure(kind="verifier_error")`` (Relax drops the group), never a reward of 0.
+    """
+    response = body.get("response")
+    output = response.get("output") if isinstance(response, dict) else None
+    if not isinstance(output, list):
+        raise EnvironmentFailure(
+            f"{environment} /run answer has no response with an output list: the verifier did not score it",
+            kind=VERIFIER_ERROR,
+        )
+    reward = body.get("reward")
+    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
+        raise EnvironmentFailure(
+            f"{environment} /run answer has no numeric reward (got {reward!r:.40}): the verifier did not "
+            "score it",
+            kind=VERIFIER_ERROR,
+        )
+    return output, reward
 
 
 @hookimpl(trylast=True)

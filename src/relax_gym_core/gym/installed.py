@@ -2,7 +2,8 @@
 
 A file is found through this interpreter when NeMo Gym is importable here (inside the NeMo Gym
 environment), else by asking the NeMo Gym environment's python (gym_python()) where it is. Plugins use
-this for the real rows their probes and tests are built from.
+this for the real rows their probes and tests are built from, and gym_python() to run something of their
+own in that environment.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import json
+import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +69,19 @@ def path_via(python: str, package: str, relative: str) -> Path:
     return path
 
 
+def gym_python(environ: Mapping[str, str] = os.environ) -> str:
+    """The NeMo Gym environment's python ($RELAX_GYM_NEMO_GYM_PYTHON, else .gym/venv/bin/python), or a
+    ConfigError naming what was tried and how to get one: relax_gym_core.gym.processes's rule."""
+    from relax_gym_core.gym.processes import gym_python as find  # noqa: PLC0415 - see PYTHON_VAR
+
+    return find(environ)
+
+
 def installed_file(package: str, relative: str) -> Path:
     """Where `relative` (e.g. "data/example.jsonl") of the installed `package` is."""
     local = local_path(package, relative)
     if local is not None:
         return local
-    from relax_gym_core.gym.processes import gym_python  # noqa: PLC0415 - see PYTHON_VAR
-
     try:
         python = gym_python()
     except ConfigError as exc:

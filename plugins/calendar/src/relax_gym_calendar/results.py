@@ -1,22 +1,19 @@
 """The agent's /run answer -> trial result: the reference mapping, minus fake zeros.
 
 Upstream's /verify answers a numeric ``reward`` next to the ``response`` it graded; a /run answer
-without them means nothing was graded: an infrastructure failure (``EnvironmentFailure(kind=
-"verifier_error")``, Relax drops the group), never a reward of 0. ``metrics.answered`` says whether the
-final output item was a message with text (upstream grades 0 otherwise, e.g. a reply cut off while
-still reasoning).
+without them means nothing was graded: ``reference.verified_answer`` makes that an infrastructure failure
+(``EnvironmentFailure(kind="verifier_error")``, Relax drops the group), never a reward of 0.
+``metrics.answered`` says whether the final output item was a message with text (upstream grades 0
+otherwise, e.g. a reply cut off while still reasoning).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from relax_gym_core.environments import EnvironmentFailure, RunResult, reference
+from relax_gym_core.environments import RunResult, reference
 
 from relax_gym_calendar.env import ENVIRONMENT
-
-VERIFIER_ERROR = "verifier_error"
 
 
 def answered(output: list[Any]) -> bool:
@@ -27,23 +24,12 @@ def answered(output: list[Any]) -> bool:
 
 
 def map_result(body: dict[str, Any]) -> RunResult:
-    response = body.get("response")
-    if not isinstance(response, dict) or not isinstance(response.get("output"), list):
-        raise EnvironmentFailure(
-            "calendar /run answer has no response with an output list: the answer was not graded",
-            kind=VERIFIER_ERROR,
-        )
-    reward = body.get("reward")
-    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
-        raise EnvironmentFailure(
-            f"calendar /run answer has no numeric reward (got {reward!r:.40}): the grader did not score it",
-            kind=VERIFIER_ERROR,
-        )
+    output, _reward = reference.verified_answer(ENVIRONMENT, body)
     result = reference.map_result(ENVIRONMENT, body)
     return RunResult(
         status=result.status,
         reward=result.reward,
-        metrics={**result.metrics, "answered": answered(response["output"])},
+        metrics={**result.metrics, "answered": answered(output)},
         artifact_ref=result.artifact_ref,
         error=result.error,
     )

@@ -3,8 +3,8 @@ never a fake zero.
 
 Upstream's /verify answers a numeric ``reward`` next to the ``response`` it scored (plus
 ``library_reward``, math-verify's verdict, and ``judge_evaluations`` when the judge was asked). A /run
-answer without them means nothing was scored: that is an infrastructure failure
-(``EnvironmentFailure(kind="verifier_error")``, Relax drops the group), never a reward of 0.
+answer without them means nothing was scored: ``reference.verified_answer`` makes that an infrastructure
+failure (``EnvironmentFailure(kind="verifier_error")``, Relax drops the group), never a reward of 0.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from relax_gym_core.environments import EnvironmentFailure, RunResult, reference
-
-VERIFIER_ERROR = "verifier_error"
+from relax_gym_core.environments import RunResult, reference
 
 
 def _number(value: Any) -> bool:
@@ -22,19 +20,7 @@ def _number(value: Any) -> bool:
 
 
 def map_result(environment: str, body: dict[str, Any]) -> RunResult:
-    response = body.get("response")
-    if not isinstance(response, dict) or not isinstance(response.get("output"), list):
-        raise EnvironmentFailure(
-            f"{environment} /run answer has no response with an output list: the answer was not verified",
-            kind=VERIFIER_ERROR,
-        )
-    reward = body.get("reward")
-    if not _number(reward):
-        raise EnvironmentFailure(
-            f"{environment} /run answer has no numeric reward (got {reward!r:.40}): the verifier did not "
-            "score the answer",
-            kind=VERIFIER_ERROR,
-        )
+    reference.verified_answer(environment, body)  # or EnvironmentFailure(kind="verifier_error")
     result = reference.map_result(environment, body)
     metrics = dict(result.metrics)
     if _number(body.get("library_reward")):

@@ -7,8 +7,9 @@ Both answers carry the verdict at the top level: NeMo Gym's swe_agents (``resolv
 with Relax's R2E shaping applied to swe_agents' unshaped zero: 0.0 with ``patch_exists`` true becomes
 0.1 (a patch that exists but does not resolve), so both runtimes score alike.
 
-An answer without a response output list or a numeric reward was never evaluated: that is an
-infrastructure failure (EnvironmentFailure, kind verifier_error), never a reward of 0.
+An answer without a response output list or a numeric reward was never evaluated:
+``reference.verified_answer`` makes that an infrastructure failure (EnvironmentFailure, kind
+verifier_error), never a reward of 0.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from relax_gym_core.environments import EnvironmentFailure, RunResult, reference
+from relax_gym_core.environments import RunResult, reference
 from relax_gym_core.protocol import TrialStatus
 
+from relax_gym_r2e.env import ENVIRONMENT
+
 SHAPED, UNSOLVED = 0.1, 0.0
-VERIFIER_ERROR = "verifier_error"
 # Copied into metrics when present: swe_agents' names, then the local resources server's.
 VERDICT_FIELDS = (
     "resolved",
@@ -68,19 +70,8 @@ def _json_scalar(value: Any) -> bool:
 
 
 def map_result(body: dict[str, Any]) -> RunResult:
-    response = body.get("response")
-    if not isinstance(response, dict) or not isinstance(response.get("output"), list):
-        raise EnvironmentFailure(
-            "r2e_gym /run answer has no response with an output list: the trajectory was not evaluated",
-            kind=VERIFIER_ERROR,
-        )
-    reward = body.get("reward")
-    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
-        raise EnvironmentFailure(
-            f"r2e_gym /run answer has no numeric reward (got {reward!r:.40}): the tests never ran",
-            kind=VERIFIER_ERROR,
-        )
-    metrics: dict[str, Any] = reference.output_counts(response["output"])
+    output, reward = reference.verified_answer(ENVIRONMENT, body)
+    metrics: dict[str, Any] = reference.output_counts(output)
     for field in (*VERDICT_FIELDS, *COUNT_FIELDS, *TIMING_FIELDS):
         if field in body and _json_scalar(body[field]):
             metrics[field] = body[field]

@@ -80,9 +80,4 @@ DEFINITION = EnvironmentDefinition(
     readiness=(RESOURCES_SERVER, AGENT),
 )
 
-CLEANUP = CleanupContract(
-    server=AGENT,
-    abort_path=CLEANUP_PATH,
-    force_path=CLEANUP_PATH,
-    probe_path=CLEANUP_PATH,
-)
+CLEANUP = CleanupContract.at(AGENT, CLEANUP_PATH)

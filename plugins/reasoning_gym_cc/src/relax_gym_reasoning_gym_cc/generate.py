@@ -11,11 +11,12 @@ Feed it to `relax-gym convert reasoning_gym`. The same tasks, size and seed give
 
 The reasoning-gym library (sympy, matplotlib, ...) lives in the NeMo Gym environment, as the verifier that
 scores these rows does, and not in relax-gym's. Run anywhere else, this command runs itself again with
-that environment's python (found as relax-gym finds it: $RELAX_GYM_NEMO_GYM_PYTHON, else .gym/venv). So
-this module imports only the standard library, this package's light data.py and prompts.py, and
-(lazily) reasoning_gym. Bad arguments (an unknown task, a size below 1) exit 2 naming them, before the
-library loads (task names as data.TASKS lists them, then as the library registers them); the output file
-is written whole or not at all.
+that environment's python (relax_gym_core.gym.installed.gym_python: $RELAX_GYM_NEMO_GYM_PYTHON, else
+.gym/venv). So this module imports only the standard library, relax_gym_core.gym.installed (light: it
+imports there too), this package's light data.py and prompts.py, and (lazily) reasoning_gym. Bad
+arguments (an unknown task, a size below 1) exit 2 naming them, before the library loads (task names as
+data.TASKS lists them, then as the library registers them); the output file is written whole or not at
+all.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from relax_gym_core.errors import ConfigError
+from relax_gym_core.gym.installed import gym_python
+
 from relax_gym_reasoning_gym_cc.data import TASKS
 
-PYTHON_VAR = "RELAX_GYM_NEMO_GYM_PYTHON"  # as relax_gym_core.gym reads it
-DEFAULT_PYTHON = Path(".gym/venv/bin/python")
 NOT_A_TASK = frozenset({"composite"})  # reasoning-gym's mixer of other tasks, not a task of its own
 EXIT_USAGE = 2
 
@@ -129,24 +131,6 @@ def write_whole(path: Path, lines: Sequence[str]) -> None:
         raise
 
 
-def gym_python() -> Path:
-    """The NeMo Gym environment's python, by relax-gym's rule ($RELAX_GYM_NEMO_GYM_PYTHON, else
-    .gym/venv/bin/python under the working directory or a parent of this checkout)."""
-    configured = os.environ.get(PYTHON_VAR)
-    if configured:
-        candidates = [Path(configured)]
-    else:
-        candidates = [base / DEFAULT_PYTHON for base in (Path.cwd(), *Path(__file__).resolve().parents)]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate.absolute()
-    raise GenerateError(
-        f"the reasoning-gym library is not installed here, and the NeMo Gym environment that has it was not "
-        f"found ({PYTHON_VAR}={configured or 'unset'}, tried {candidates[0]}): run `make gym`, or set "
-        f"{PYTHON_VAR} to the python of an environment with reasoning-gym and this plugin"
-    )
-
-
 def checked_tasks(args: argparse.Namespace) -> list[str]:
     """The task names, once every argument is known good (before the library loads: it takes seconds)."""
     names = task_names(args.tasks)
@@ -158,7 +142,14 @@ def checked_tasks(args: argparse.Namespace) -> list[str]:
 
 def in_gym_environment(arguments: Sequence[str]) -> int:
     """The same command, in the environment that has the library (its exit code is ours)."""
-    command = [str(gym_python()), "-m", "relax_gym_reasoning_gym_cc.generate", *arguments]
+    try:
+        python = gym_python()
+    except ConfigError as exc:
+        raise GenerateError(
+            f"the reasoning-gym library is not installed here but in the NeMo Gym environment (with this "
+            f"plugin): {exc}"
+        ) from None
+    command = [python, "-m", "relax_gym_reasoning_gym_cc.generate", *arguments]
     return subprocess.run(command, check=False).returncode  # noqa: S603 - our own module
 
 

@@ -55,9 +55,4 @@ DEFINITION = EnvironmentDefinition(
     readiness=(RESOURCES_SERVER, AGENT),
 )
 
-CLEANUP = CleanupContract(
-    server=RESOURCES_SERVER,
-    abort_path=CLEANUP_PATH,
-    force_path=CLEANUP_PATH,
-    probe_path=CLEANUP_PATH,
-)
+CLEANUP = CleanupContract.at(RESOURCES_SERVER, CLEANUP_PATH)

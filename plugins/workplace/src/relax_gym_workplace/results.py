@@ -1,22 +1,20 @@
 """The agent's /run answer -> trial result: the reference mapping, plus ``turns``, minus fake zeros.
 
-Infrastructure failures raise ``EnvironmentFailure(kind="verifier_error")`` rather than leave the reward
-empty: upstream's ``/verify`` always answers a float ``reward`` next to the ``response`` it scored, so a
-``/run`` answer without a ``response`` (with an ``output`` list) or without a numeric ``reward`` means the
-verifier never scored this trajectory. That must fail the trial (Relax drops the group) and never become a
-reward of 0, which would train the policy against a failure that was not its own.
+Infrastructure failures raise ``EnvironmentFailure(kind="verifier_error")`` (``reference.verified_answer``
+checks) rather than leave the reward empty: upstream's ``/verify`` always answers a float ``reward`` next
+to the ``response`` it scored, so a ``/run`` answer without a ``response`` (with an ``output`` list) or
+without a numeric ``reward`` means the verifier never scored this trajectory. That must fail the trial
+(Relax drops the group) and never become a reward of 0, which would train the policy against a failure
+that was not its own.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from relax_gym_core.environments import EnvironmentFailure, RunResult, reference
+from relax_gym_core.environments import RunResult, reference
 
 from relax_gym_workplace.env import ENVIRONMENT
-
-VERIFIER_ERROR = "verifier_error"
 
 
 def count_turns(output: list[Any]) -> int:
@@ -41,22 +39,9 @@ def count_turns(output: list[Any]) -> int:
 
 
 def map_result(body: dict[str, Any]) -> RunResult:
-    response = body.get("response")
-    if not isinstance(response, dict) or not isinstance(response.get("output"), list):
-        raise EnvironmentFailure(
-            "workplace_assistant /run answer has no response with an output list: the trajectory was "
-            "not verified",
-            kind=VERIFIER_ERROR,
-        )
-    reward = body.get("reward")
-    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
-        raise EnvironmentFailure(
-            f"workplace_assistant /run answer has no numeric reward (got {reward!r:.40}): the verifier "
-            "did not score the trajectory",
-            kind=VERIFIER_ERROR,
-        )
+    output, _reward = reference.verified_answer(ENVIRONMENT, body)
     result = reference.map_result(ENVIRONMENT, body)
-    metrics = {**result.metrics, "turns": count_turns(response["output"])}
+    metrics = {**result.metrics, "turns": count_turns(output)}
     return RunResult(
         status=result.status,
         reward=result.reward,
