@@ -17,48 +17,21 @@ from typing import Any
 import httpx
 import pytest
 
-from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
+from relax_gym_core.client import GatewayClient, run_trial
 from relax_gym_core.environments import make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
-from relax_gym_core.testing import (
-    Gate,
-    RecordedRequest,
-    ScriptedReply,
-    ToolCall,
-    reply_text,
-    reply_tool_calls,
-)
+from relax_gym_core.testing import Gate, reply_text
 from relax_gym_core.testing.oracle import OracleScript
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
+
+from ..replicas.support import OPTIONS, solve_task_0, tool_outputs
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.nemo_gym("workplace_assistant")]
 
 relax_gym_workplace = pytest.importorskip("relax_gym_workplace")
 from relax_gym_workplace.data import example_rows  # noqa: E402
 
-REPLY_BODY = "Thanks for the update - I will get back to you tomorrow."
 _tokens = itertools.count()
-
-
-def tool_outputs(request: RecordedRequest) -> int:
-    items = request.body.get("input", []) if isinstance(request.body, dict) else []
-    return sum(1 for item in items if isinstance(item, dict) and item.get("type") == "function_call_output")
-
-
-def solve_task_0(email_id: str) -> Callable[[RecordedRequest], ScriptedReply]:
-    """Search (read-only), then reply to the email, then a final message: one step per tool output."""
-
-    def script(request: RecordedRequest) -> ScriptedReply:
-        step = tool_outputs(request)
-        if step == 0:
-            return reply_tool_calls(
-                ToolCall("email_search_emails", {"query": "Task Update on Develop prototype"})
-            )
-        if step == 1:
-            return reply_tool_calls(ToolCall("email_reply_email", {"email_id": email_id, "body": REPLY_BODY}))
-        return reply_text("Done.")
-
-    return script
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +75,6 @@ def trial_request(policy: PolicyByToken, row: dict[str, Any], *, token: str, dea
         "lease_s": 60,
     }
     return parse_create_request(json.dumps(body))
-
-
-OPTIONS = ClientOptions(poll_interval_s=0.05)
 
 
 def new_token() -> str:

@@ -9,15 +9,11 @@ under it (GCS, raylets, agents, workers, actors and the servers they start) and 
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
-import inspect
 import ipaddress
-import itertools
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -30,34 +26,36 @@ from typing import IO, Any
 import httpx
 import pytest
 
-from relax_gym_core.client import ClientOptions, GatewayClient
+from relax_gym_core.client import GatewayClient
 from relax_gym_core.environments import make_plugin_manager
 from relax_gym_core.gym.processes import gym_python, stop_process
 from relax_gym_core.gym.ray_launcher import RayLauncher, RayReplica
 from relax_gym_core.gym.replicas import ReplicaSpec, replica_names
-from relax_gym_core.protocol import PROTOCOL_VERSION, CreateTrialRequest, TrialSnapshot, parse_create_request
-from relax_gym_core.testing import (
-    Gate,
-    RecordedRequest,
-    ScriptedReply,
-    ToolCall,
-    reply_text,
-    reply_tool_calls,
+from relax_gym_core.testing import Gate
+from relax_gym_core.testing.web import start_up
+
+from ..replicas.support import (
+    ENVIRONMENT,
+    OPTIONS,
+    RESOURCES,
+    HeldPolicy,
+    alive,
+    eventually,
+    lose_two_of_four,
+    process_stat,
+    replica_counts,
+    replicas_of,
+    sessions,
+    settle_completed,
 )
-from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy, start_up
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-pytest.importorskip("relax_gym_workplace")
-from relax_gym_workplace.data import example_rows  # noqa: E402
-
-ENVIRONMENT = "workplace_assistant"
-RESOURCES_SERVER = "workplace_assistant"
 STARTUP_TIMEOUT_S = 600.0  # NeMo Gym servers on a 2-core host shared with a Ray cluster
 
 
 def until(condition: Callable[[], bool], what: str, bound_s: float = 120.0) -> None:
-    """Wait for a condition that must come (a bound only so a broken build fails instead of hanging)."""
+    """`eventually` for the launcher, which is driven without an event loop."""
     stop = time.monotonic() + bound_s
     while not condition():
         if time.monotonic() > stop:
@@ -74,7 +72,7 @@ def spec(name: str) -> ReplicaSpec:
 def answers(replica: RayReplica) -> bool:
     with httpx.Client(trust_env=False, timeout=10) as http:
         roots = [http.get(f"{url}/").status_code for url in replica.urls.values()]
-        sessions = http.get(f"{replica.urls[RESOURCES_SERVER]}/relax_gym/sessions").json()
+        sessions = http.get(f"{replica.urls[RESOURCES]}/relax_gym/sessions").json()
     return roots == [200] * len(replica.urls) and sessions["sessions"] == 0
 
 
@@ -93,15 +91,7 @@ def server_pids(cluster: RayCluster) -> list[int]:
 
 
 def gone(pids: tuple[int, ...]) -> bool:
-    return all(not os.path.exists(f"/proc/{pid}") or _zombie(pid) for pid in pids)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    return not any(alive(pid) for pid in pids)
 
 
 CLUSTER_MAIN = Path(__file__).with_name("cluster_main.py")
@@ -112,23 +102,11 @@ PYCACHE = Path(__file__).resolve().parents[2] / ".gym" / "pycache"
 REPLICA_RESOURCE = "relax_gym_replica"
 
 
-def _stat(pid: int) -> tuple[int, str] | None:
-    """(parent PID, start time) of a live, non-zombie process; None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
-        return None
-    return int(fields[1]), fields[19]
-
-
 def descendants(root: int) -> dict[int, str]:
     """PID -> start time of every live process below `root` (the start time tells a reused PID apart)."""
     children: dict[int, list[tuple[int, str]]] = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
+        if entry.name.isdigit() and (stat := process_stat(int(entry.name))) is not None:
             children.setdefault(stat[0], []).append((int(entry.name), stat[1]))
     found: dict[int, str] = {}
     todo = [root]
@@ -141,7 +119,7 @@ def descendants(root: int) -> dict[int, str]:
 
 def still_running(processes: dict[int, str]) -> list[int]:
     return sorted(
-        pid for pid, started in processes.items() if (s := _stat(pid)) is not None and s[1] == started
+        pid for pid, started in processes.items() if (s := process_stat(pid)) is not None and s[1] == started
     )
 
 
@@ -346,111 +324,22 @@ def test_replicas_spread_over_nodes_die_visibly_and_leave_nothing(ray_cluster: R
 
 # ---- `relax-gym up --replicas 2 --ray ADDRESS`: one gateway, trials on both nodes ---------------------
 
-SAFETY_S = 300.0  # a bound on waiting for something that must happen, not a timing assertion
-OPTIONS = ClientOptions(poll_interval_s=0.05)
-_tokens = itertools.count()
-REPLY_BODY = "Thanks for the update - I will get back to you tomorrow."  # what task 0's verifier expects
-
-
-class Policy:
-    """A scripted policy: every trial solves task 0 (search, reply, done), each answer held by a gate."""
-
-    def __init__(self) -> None:
-        self.gates: dict[str, Gate] = {}
-        self.server = ScriptedPolicy(self.answer)
-
-    def answer(self, request: RecordedRequest) -> ScriptedReply:
-        items = request.body.get("input", []) if isinstance(request.body, dict) else []
-        step = sum(
-            1 for item in items if isinstance(item, dict) and item.get("type") == "function_call_output"
-        )
-        if step == 0:
-            reply = reply_tool_calls(
-                ToolCall("email_search_emails", {"query": "Task Update on Develop prototype"})
-            )
-        elif step == 1:
-            reply = reply_tool_calls(
-                ToolCall("email_reply_email", {"email_id": "00000057", "body": REPLY_BODY})
-            )
-        else:
-            reply = reply_text("Done.")
-        gate = self.gates.get(request.bearer or "")
-        return reply.held(gate) if gate is not None else reply
-
-    def first_calls(self, tokens: list[str]) -> int:
-        seen = {r.bearer for r in self.server.model_requests("responses")}
-        return sum(token in seen for token in tokens)
-
-    def trial(self, gate: Gate) -> CreateTrialRequest:
-        token = f"agentic_session_shard_0.session-ray{next(_tokens):04d}"
-        self.gates[token] = gate
-        converted = make_plugin_manager().convert_row(ENVIRONMENT, example_rows()[0])
-        body = {
-            "protocol_version": PROTOCOL_VERSION,
-            "request_id": f"relax-ray-{token}",
-            "session": {"session_id": token, "group_id": "ray", "rollout_mode": "eval"},
-            "environment": {
-                "name": ENVIRONMENT,
-                "config": "workplace-assistant-v1",
-                "task": {"messages": converted["input"], "metadata": converted["metadata"]},
-            },
-            "model_endpoint": {"base_url": self.server.base_url, "api_key": token, "model": "policy-alias"},
-            "interrupt_policy": "protected",
-            "deadline_s": 600,
-            "lease_s": 600,
-        }
-        return parse_create_request(json.dumps(body))
-
-
-def ray_replicas_of(gateway: GatewayProcess) -> dict[str, tuple[str, dict[str, str]]]:
-    """replica name -> (Ray node id, server name -> URL), from the lines `relax-gym up` printed."""
-    found: dict[str, tuple[str, dict[str, str]]] = {}
-    for line in gateway.output:
-        match = re.match(r"NeMo Gym server (\S+) at (\S+) \(on (\S+)\) \[replica (\S+)\]", line)
-        if match:
-            server, url, node, replica = match.groups()
-            found.setdefault(replica, (node, {}))[1][server] = url
-    return found
-
-
-async def sessions(resources_url: str) -> int:
-    async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
-        count: int = (await http.get(f"{resources_url}/relax_gym/sessions")).json()["sessions"]
-    return count
-
-
-async def replica_counts(gateway: GatewayProcess) -> dict[str, Any]:
-    async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
-        counts: dict[str, Any] = (await http.get(f"{gateway.url}/readyz")).json()["replicas"][ENVIRONMENT]
-    return counts
-
-
-async def eventually(predicate: Callable[[], Any], what: str) -> None:
-    stop = asyncio.get_running_loop().time() + SAFETY_S
-    while not await _value(predicate()):
-        assert asyncio.get_running_loop().time() < stop, what
-        await asyncio.sleep(0.2)
-
-
-async def _value(result: Any) -> Any:
-    return await result if inspect.isawaitable(result) else result
-
 
 @pytest.mark.anyio
 async def test_up_with_ray_replicas_runs_trials_on_both_nodes_and_survives_a_lost_node(
     ray_cluster: RayCluster,
 ) -> None:
     started = time.monotonic()
-    policy = Policy()
     args = ("--replicas", "2", "--ray", ray_cluster.address, "--max-concurrency", "32")
     args += ("--replica-resources", json.dumps({REPLICA_RESOURCE: 1}))
     env = {"RELAX_GYM_REPLICA_PROBE_INTERVAL_S": "0.2", "RELAX_GYM_REPLICA_RESTART_DELAY_S": "2"}
-    with policy.server, start_up([ENVIRONMENT], env=env, extra_args=args) as gateway:
+    with HeldPolicy("ray") as policy, start_up([ENVIRONMENT], env=env, extra_args=args) as gateway:
         print(f"`up --replicas 2 --ray` ready in {time.monotonic() - started:.1f} s")  # noqa: T201
-        replicas = ray_replicas_of(gateway)
+        replicas = replicas_of(gateway)
         assert sorted(replicas) == ["workplace_assistant#0", "workplace_assistant#1"]
-        assert {node for node, _ in replicas.values()} == ray_cluster.live_node_ids  # one per node
-        resources = {name: urls[RESOURCES_SERVER] for name, (_, urls) in replicas.items()}
+        # One per node.
+        assert {servers[RESOURCES].node for servers in replicas.values()} == ray_cluster.live_node_ids
+        resources = [servers[RESOURCES].url for servers in replicas.values()]
         assert await replica_counts(gateway) == {"wanted": 2, "healthy": 2, "starting": 0, "lost": 0}
         here = descendants(gateway.pid)  # the Ray host (a driver of the cluster) runs under `up`
         dirs = working_dirs(server_pids(ray_cluster))
@@ -459,49 +348,19 @@ async def test_up_with_ray_replicas_runs_trials_on_both_nodes_and_survives_a_los
         async with GatewayClient(gateway.url, options=OPTIONS) as client:
             # ---- four trials held at their first model call: two on each node, all cleaned up there ----
             gate = Gate()
-            batch = [policy.trial(gate) for _ in range(4)]
-            await asyncio.gather(*(client.create(request) for request in batch))
-            tokens = [r.session.session_id for r in batch]
-            await eventually(lambda: policy.first_calls(tokens) == 4, "every trial's first model call")
-            assert [await sessions(url) for url in resources.values()] == [2, 2]
+            batch = await policy.start_held(client, gate, 4)
+            assert [await sessions(url) for url in resources] == [2, 2]
             gate.open()
-            for request in batch:
-                snapshot = await client.settled(request.request_id, timeout_s=SAFETY_S)
-                assert (snapshot.status.value, snapshot.reward, snapshot.cleanup) == (
-                    "completed",
-                    1.0,
-                    "confirmed",
-                )
-            assert [await sessions(url) for url in resources.values()] == [0, 0]
+            await settle_completed(client, batch)
+            assert [await sessions(url) for url in resources] == [0, 0]
 
             # ---- a node is lost mid-run: its replica's trials fail typed, the other node's go on -------
             gate = Gate()
-            batch = [policy.trial(gate) for _ in range(4)]
-            await asyncio.gather(*(client.create(request) for request in batch))
-            tokens = [r.session.session_id for r in batch]
-            await eventually(lambda: policy.first_calls(tokens) == 4, "the four trials' first model calls")
-            assert [await sessions(url) for url in resources.values()] == [2, 2]
+            batch = await policy.start_held(client, gate, 4)
+            assert [await sessions(url) for url in resources] == [2, 2]
             worker = next(i for i, node in enumerate(ray_cluster.node_ids) if i > 0 and node)
             ray_cluster.remove_node(worker)
-            snapshots: dict[str, TrialSnapshot] = {}
-
-            async def two_failed() -> bool:
-                for request in batch:
-                    snapshots[request.request_id] = await client.get(request.request_id)
-                return sum(s.status.value == "failed" for s in snapshots.values()) == 2
-
-            await eventually(two_failed, "the lost node's two trials to fail")
-            assert sorted(s.status.value for s in snapshots.values()) == [
-                "failed",
-                "failed",
-                "running",
-                "running",
-            ]
-            for request in batch:
-                if snapshots[request.request_id].status.value == "failed":
-                    snapshot = await client.settled(request.request_id, timeout_s=SAFETY_S)
-                    assert snapshot.error is not None and snapshot.error["kind"] == "replica_lost"
-                    assert (snapshot.cleanup, snapshot.reward) == ("unverified", None)  # never a score
+            running = await lose_two_of_four(client, batch)
             counts = await replica_counts(gateway)
             assert (counts["healthy"], counts["lost"]) == (1, 1)
 
@@ -512,14 +371,11 @@ async def test_up_with_ray_replicas_runs_trials_on_both_nodes_and_survives_a_los
                 return (await replica_counts(gateway))["healthy"] == 2
 
             await eventually(replaced, "a replacement replica on the new node")
-            assert ray_replicas_of(gateway)["workplace_assistant#2"][0] == new_node
+            assert replicas_of(gateway)["workplace_assistant#2"][RESOURCES].node == new_node
             survivors = working_dirs(server_pids(ray_cluster))
             assert len(survivors) == 2
             gate.open()
-            for request in batch:
-                if snapshots[request.request_id].status.value != "failed":
-                    snapshot = await client.settled(request.request_id, timeout_s=SAFETY_S)
-                    assert (snapshot.status.value, snapshot.reward) == ("completed", 1.0)
+            await settle_completed(client, running)
         here.update(descendants(gateway.pid))
     # `up` stopped (SIGTERM): every replica's actor and servers are gone from every node, and the host too.
     assert [p for p in ray_cluster.processes() if "ReplicaActor" in command_line(p)] == []
