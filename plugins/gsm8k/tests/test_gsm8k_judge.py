@@ -4,6 +4,7 @@ test_gsm8k_judge_server.py runs the judge for real."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from relax_gym_core.environments import make_plugin_manager
 from relax_gym_core.errors import ConfigError
+from relax_gym_core.gym import installed
 from relax_gym_core.gym.config import servers_of
 
 from relax_gym_gsm8k import env, plugin
@@ -20,9 +22,12 @@ from relax_gym_gsm8k.judge import (
     JUDGE_SERVER,
     MODEL_VAR,
     URL_VAR,
+    VERIFY_TIMEOUT_VAR,
     JudgeSettings,
     judge_settings,
     refuse_judge_through_bridge,
+    resources_config,
+    verify_timeout_s,
 )
 
 CLI = str(Path(sys.executable).with_name("relax-gym"))
@@ -124,3 +129,35 @@ def test_the_cli_stops_with_one_line_before_starting_anything(command: list[str]
     assert result.stderr.startswith("relax-gym: error: math judge: ")
     assert "Traceback" not in result.stderr
     assert "starting NeMo Gym servers" not in result.stderr + result.stdout
+
+
+def test_the_verify_bound_is_upstreams_unless_the_operator_sets_one() -> None:
+    assert verify_timeout_s({}) is None and verify_timeout_s({VERIFY_TIMEOUT_VAR: " "}) is None
+    for definition in env.definitions(judge_settings({}), verify_timeout_s({})):
+        assert "library_verifier_timeout_seconds" not in definition.servers[0].config  # upstream's 10 s
+    for definition in env.definitions(judge_settings({}), verify_timeout_s({VERIFY_TIMEOUT_VAR: "45"})):
+        assert definition.servers[0].config["library_verifier_timeout_seconds"] == 45.0
+    for bad in ("0", "-1", "nan", "inf", "ten"):
+        with pytest.raises(ConfigError, match=f"^{VERIFY_TIMEOUT_VAR}='{bad}' must be a positive number"):
+            verify_timeout_s({VERIFY_TIMEOUT_VAR: bad})
+
+
+@pytest.mark.e2e  # the NeMo Gym environment's python
+def test_the_verify_bound_is_a_field_upstreams_server_reads() -> None:
+    """Checked with the installed resources server's own config class, not by name alone."""
+    config = resources_config(None, verify_timeout=verify_timeout_s({VERIFY_TIMEOUT_VAR: "45"}))
+    script = (
+        "import json, sys\n"
+        "from resources_servers.math_with_judge.app import LibraryJudgeMathResourcesServerConfig as C\n"
+        "placed = {'host': '127.0.0.1', 'port': 1, 'entrypoint': 'app.py', 'name': 'math'}\n"
+        "print(C.model_validate({**json.load(sys.stdin), **placed}).library_verifier_timeout_seconds)\n"
+    )
+    done = subprocess.run(
+        [installed.gym_python(), "-c", script],
+        input=json.dumps(config),
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_S,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "45.0"), done.stderr

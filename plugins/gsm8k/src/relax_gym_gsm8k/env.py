@@ -24,13 +24,13 @@ MATH_RESOURCES = "math_with_judge"
 MATH_AGENT = "math_with_judge_simple_agent"
 
 
-def _resources(name: str, judge: JudgeSettings | None) -> NemoGymServer:
+def _resources(name: str, judge: JudgeSettings | None, verify_timeout: float | None) -> NemoGymServer:
     return NemoGymServer(
         name=name,
         kind="resources_servers",
         implementation="math_with_judge",
         server_class=RESOURCES_CLASS,
-        config=resources_config(judge),
+        config=resources_config(judge, verify_timeout=verify_timeout),
     )
 
 
@@ -50,14 +50,21 @@ def _agent(name: str, resources: str) -> NemoGymServer:
     )
 
 
-def definitions(judge: JudgeSettings | None = None) -> tuple[EnvironmentDefinition, ...]:
-    """Both environments; with a judge, each resources server calls the judge's own model server."""
+def definitions(
+    judge: JudgeSettings | None = None, verify_timeout: float | None = None
+) -> tuple[EnvironmentDefinition, ...]:
+    """Both environments; with a judge, each resources server calls the judge's own model server;
+    `verify_timeout` bounds one math-verify check (None: upstream's default)."""
     extra = (judge.server(),) if judge is not None else ()
     gsm8k = EnvironmentDefinition(
         name=GSM8K,
         configs=("gsm8k-v1",),
         agent=GSM8K_AGENT,
-        servers=(_resources(GSM8K_RESOURCES, judge), _agent(GSM8K_AGENT, GSM8K_RESOURCES), *extra),
+        servers=(
+            _resources(GSM8K_RESOURCES, judge, verify_timeout),
+            _agent(GSM8K_AGENT, GSM8K_RESOURCES),
+            *extra,
+        ),
         description=(
             "GSM8K grade-school math on NeMo Gym's math_with_judge: the boxed answer checked by "
             "math-verify (stateless, one model call per trial)."
@@ -70,7 +77,11 @@ def definitions(judge: JudgeSettings | None = None) -> tuple[EnvironmentDefiniti
         name=MATH,
         configs=("math-with-judge-v1",),
         agent=MATH_AGENT,
-        servers=(_resources(MATH_RESOURCES, judge), _agent(MATH_AGENT, MATH_RESOURCES), *extra),
+        servers=(
+            _resources(MATH_RESOURCES, judge, verify_timeout),
+            _agent(MATH_AGENT, MATH_RESOURCES),
+            *extra,
+        ),
         description=(
             "NeMo Gym math_with_judge: a boxed final answer checked by math-verify, LLM judge optional "
             "(stateless, one model call per trial)."

@@ -13,6 +13,10 @@ server by its own NeMo Gym model server (upstream's ``openai_model``, a Response
     RELAX_GYM_MATH_JUDGE_MODEL     the judge's model name (required with the URL)
     RELAX_GYM_MATH_JUDGE_API_KEY   its API key, read by the judge server process itself (optional)
 
+    RELAX_GYM_MATH_VERIFY_TIMEOUT_S  seconds math-verify may take per answer (upstream's
+                                     library_verifier_timeout_seconds, 10 by default); past it upstream
+                                     scores the answer 0.0, so raise it on a busy node
+
 The variables are read when the plugin registers its environments (``relax-gym up`` and every other
 command); a configuration that would route the judge through the bridge, or that is incomplete, is
 refused there with a ConfigError naming the variable.
@@ -20,6 +24,7 @@ refused there with a ConfigError naming the variable.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +38,7 @@ from relax_gym_core.protocol import BRIDGE_PREFIX
 URL_VAR = "RELAX_GYM_MATH_JUDGE_URL"
 MODEL_VAR = "RELAX_GYM_MATH_JUDGE_MODEL"
 API_KEY_VAR = "RELAX_GYM_MATH_JUDGE_API_KEY"
+VERIFY_TIMEOUT_VAR = "RELAX_GYM_MATH_VERIFY_TIMEOUT_S"
 JUDGE_SERVER = "math_judge_model"
 POLICY_MODEL = "policy_model"  # the gateway under relax-gym: never the judge
 
@@ -101,7 +107,24 @@ def judge_settings(environ: Mapping[str, str] = os.environ) -> JudgeSettings | N
     return JudgeSettings(base_url=url, model=model)
 
 
-def resources_config(judge: JudgeSettings | None) -> dict[str, Any]:
+def verify_timeout_s(environ: Mapping[str, str] = os.environ) -> float | None:
+    """The operator's bound on one math-verify check (None: upstream's default); ConfigError if bad.
+
+    Upstream scores an answer whose check outlives the bound 0.0, like a wrong one: on a loaded rollout
+    node a right answer can lose its reward that way, so the bound is the operator's to widen."""
+    raw = environ.get(VERIFY_TIMEOUT_VAR, "").strip()
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"{VERIFY_TIMEOUT_VAR}={raw!r} must be a positive number of seconds")
+    return seconds
+
+
+def resources_config(judge: JudgeSettings | None, *, verify_timeout: float | None = None) -> dict[str, Any]:
     """The math_with_judge resources server's config (upstream's math_with_judge.yaml fields)."""
     config: dict[str, Any] = {
         "domain": "math",
@@ -113,6 +136,8 @@ def resources_config(judge: JudgeSettings | None) -> dict[str, Any]:
         },
         "judge_responses_create_params": {"input": []},
     }
+    if verify_timeout is not None:
+        config["library_verifier_timeout_seconds"] = verify_timeout
     refuse_judge_through_bridge(config)
     return config
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from relax_gym_core.environments import STATELESS, hookimpl
 
 from relax_gym_gsm8k import env, probes, results, rows
-from relax_gym_gsm8k.judge import judge_settings
+from relax_gym_gsm8k.judge import judge_settings, verify_timeout_s
 
 if TYPE_CHECKING:
     from relax_gym_core.environments import (
@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 
 @hookimpl
 def register_environments(registrar: EnvironmentRegistrar) -> None:
-    # The judge is read here, when the registry is built: a refused judge configuration stops the
-    # command (ConfigError) before any server starts.
-    for definition in env.definitions(judge_settings()):
+    # The judge and the verify bound are read here, when the registry is built: a refused
+    # configuration stops the command (ConfigError) before any server starts.
+    for definition in env.definitions(judge_settings(), verify_timeout_s()):
         registrar.add(definition)
 
 
