@@ -73,6 +73,47 @@ def test_tests_using_servers_are_e2e_by_themselves(tmp_path: Path) -> None:
     assert "1/6 tests collected (5 deselected)" in result.stdout
 
 
+GROUPED = """
+import pytest
+
+pytestmark = pytest.mark.nemo_gym("env_a")
+
+
+@pytest.mark.parametrize("n", range(6))
+def test_shares_the_set(relax_gym_up, n):
+    pass  # the fixture is asked for, never called: no server starts
+
+
+@pytest.mark.parametrize("n", range(6))
+def test_plain(n):
+    pass
+"""
+
+
+def test_under_xdist_the_tests_of_one_server_set_run_on_one_worker(tmp_path: Path) -> None:
+    """--dist loadgroup with the plugin's groups: the set starts on one worker, not on each (this broke
+    silently once, with pytest 9.2 and pytest-xdist 3.8)."""
+    for module in ("test_one.py", "test_two.py"):
+        (tmp_path / module).write_text(textwrap.dedent(GROUPED))
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    workers: dict[str, set[str]] = {}
+    for line in result.stdout.splitlines():
+        if "PASSED" in line and line.startswith("[gw"):
+            worker, test = line.split()[0], line.split()[-1]
+            workers.setdefault("grouped" if "test_shares_the_set" in test else "plain", set()).add(worker)
+    assert len(workers["grouped"]) == 1, result.stdout  # all 12, both modules, on one worker
+    assert workers["plain"], result.stdout
+
+
 INNER = """
 import pathlib
 
