@@ -38,7 +38,8 @@ def test_the_installed_plugin_registers_the_recipe_names(no_judge: None, environ
     servers = {server.name: server for server in definition.servers}
     assert set(servers) == {agent, resources}
     verifier = servers[resources]
-    assert verifier.server_class == "resources_servers.math_with_judge.app:LibraryJudgeMathResourcesServer"
+    # upstream's LibraryJudgeMathResourcesServer, subclassed: an undecided check is an error, not a 0.0
+    assert verifier.server_class == "relax_gym_gsm8k.verifier:DecidedMathResourcesServer"
     assert verifier.config["should_use_judge"] is False  # off by default, as upstream
     assert servers[agent].config == {
         "max_steps": 1,

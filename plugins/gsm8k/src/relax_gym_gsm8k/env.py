@@ -1,4 +1,5 @@
-"""What the gsm8k and math_with_judge environments are: upstream's math_with_judge resources server and
+"""What the gsm8k and math_with_judge environments are: upstream's math_with_judge resources server (our
+subclass, verifier.py: an answer math-verify did not decide fails the trial, never a reward of 0) and
 simple_agent, under the names Relax launch scripts use, with the limits of the relax-nemo-gym/v1 recipes.
 
 Both are stateless (the verifier reads the answer out of the final message and keeps nothing), so their
@@ -15,7 +16,8 @@ from relax_gym_gsm8k.judge import JudgeSettings, resources_config
 GSM8K = "gsm8k"
 MATH = "math_with_judge"
 ENVIRONMENTS = (GSM8K, MATH)
-RESOURCES_CLASS = "resources_servers.math_with_judge.app:LibraryJudgeMathResourcesServer"
+# Upstream's math_with_judge server, but an answer math-verify did not decide fails /verify (verifier.py).
+RESOURCES_CLASS = "relax_gym_gsm8k.verifier:DecidedMathResourcesServer"
 AGENT_CLASS = "responses_api_agents.simple_agent.app:SimpleAgent"
 
 GSM8K_RESOURCES = "gsm8k_math_with_judge_resources_server"

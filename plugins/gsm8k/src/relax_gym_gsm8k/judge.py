@@ -14,8 +14,9 @@ server by its own NeMo Gym model server (upstream's ``openai_model``, a Response
     RELAX_GYM_MATH_JUDGE_API_KEY   its API key, read by the judge server process itself (optional)
 
     RELAX_GYM_MATH_VERIFY_TIMEOUT_S  seconds math-verify may take per answer (upstream's
-                                     library_verifier_timeout_seconds, 10 by default); past it upstream
-                                     scores the answer 0.0, so raise it on a busy node
+                                     library_verifier_timeout_seconds, 10 by default); past it the answer
+                                     is not scored and the trial fails (verifier.py), so raise it on
+                                     a busy node
 
 The variables are read when the plugin registers its environments (``relax-gym up`` and every other
 command); a configuration that would route the judge through the bridge, or that is incomplete, is
@@ -110,8 +111,9 @@ def judge_settings(environ: Mapping[str, str] = os.environ) -> JudgeSettings | N
 def verify_timeout_s(environ: Mapping[str, str] = os.environ) -> float | None:
     """The operator's bound on one math-verify check (None: upstream's default); ConfigError if bad.
 
-    Upstream scores an answer whose check outlives the bound 0.0, like a wrong one: on a loaded rollout
-    node a right answer can lose its reward that way, so the bound is the operator's to widen."""
+    Upstream scores an answer whose check outlives the bound 0.0, like a wrong one; our subclass
+    (verifier.py) fails the trial instead. On a loaded rollout node right answers can fail that way,
+    so the bound is the operator's to widen."""
     raw = environ.get(VERIFY_TIMEOUT_VAR, "").strip()
     if not raw:
         return None
