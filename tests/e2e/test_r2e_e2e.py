@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from relax_gym_core.environments.specs import parse_environments
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import RecordedRequest, ScriptedReply, ToolCall, reply_text, reply_tool_calls
 from relax_gym_core.testing.oracle import OracleScript
-from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
+from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.nemo_gym("r2e_gym")]
 
@@ -58,23 +57,9 @@ def steps(*replies: ScriptedReply) -> Script:
     return lambda request: replies[min(len(tool_outputs(request)), len(replies) - 1)]
 
 
-class Policy:
-    def __init__(self) -> None:
-        self.behaviours: dict[str, Script] = {}
-        self.server = ScriptedPolicy(self.answer)
-
-    def answer(self, request: RecordedRequest) -> ScriptedReply:
-        behaviour = self.behaviours.get(request.bearer or "")
-        return behaviour(request) if behaviour is not None else reply_text("Done.")
-
-    def requests_of(self, token: str) -> list[RecordedRequest]:
-        return [r for r in self.server.model_requests("responses") if r.bearer == token]
-
-
 @pytest.fixture(scope="module")
-def policy() -> Any:
-    holder = Policy()
-    with holder.server:
+def policy() -> Iterator[PolicyByToken]:
+    with PolicyByToken(lambda _request: reply_text("Done.")) as holder:
         yield holder
 
 
@@ -85,11 +70,7 @@ def stack(relax_gym_up: Callable[..., GatewayProcess]) -> GatewayProcess:
 
 @pytest.fixture(scope="module")
 def resources_url(stack: GatewayProcess) -> str:
-    for line in stack.output:
-        match = re.match(r"NeMo Gym server r2e_gym at (\S+)", line)
-        if match:
-            return match.group(1)
-    raise AssertionError("resources server address not printed:\n" + "\n".join(stack.output))
+    return stack.server_url("r2e_gym")
 
 
 async def left_on_machine(resources_url: str) -> tuple[int, list[int], list[Path]]:
@@ -110,7 +91,7 @@ def new_token() -> str:
     return f"agentic_session_shard_0.session-r2e{next(_tokens):04d}"
 
 
-def trial_request(policy: Policy, row: dict[str, Any], *, token: str) -> Any:
+def trial_request(policy: PolicyByToken, row: dict[str, Any], *, token: str) -> Any:
     converted = make_plugin_manager().convert_row(ENV, row)
     body = {
         "protocol_version": PROTOCOL_VERSION,
@@ -129,7 +110,7 @@ def trial_request(policy: Policy, row: dict[str, Any], *, token: str) -> Any:
     return parse_create_request(json.dumps(body))
 
 
-async def trial(policy: Policy, stack: GatewayProcess, name: str, script: Script) -> tuple[Any, str]:
+async def trial(policy: PolicyByToken, stack: GatewayProcess, name: str, script: Script) -> tuple[Any, str]:
     """Run one trial of bundled task `name` with `script`; returns its settled snapshot and token."""
     token = new_token()
     policy.behaviours[token] = script
@@ -145,7 +126,7 @@ def whole_file_edit(path: str, old: str, new: str) -> ToolCall:
 
 
 async def test_a_policy_fixing_the_bug_with_the_tools_scores_one(
-    policy: Policy, stack: GatewayProcess, resources_url: str
+    policy: PolicyByToken, stack: GatewayProcess, resources_url: str
 ) -> None:
     built = tasks.built_tasks()["pager"]
     ((path, fixed),) = built.task.fix.items()
@@ -182,7 +163,7 @@ async def test_a_policy_fixing_the_bug_with_the_tools_scores_one(
 
 
 async def test_editing_the_wrong_file_scores_the_shaping_reward(
-    policy: Policy, stack: GatewayProcess
+    policy: PolicyByToken, stack: GatewayProcess
 ) -> None:
     readme = tasks.load_tasks()["acl"].files["README.md"]
     script = steps(
@@ -195,7 +176,7 @@ async def test_editing_the_wrong_file_scores_the_shaping_reward(
     assert snapshot.metrics["fail_to_pass_passed"] == 0
 
 
-async def test_answering_without_editing_scores_zero(policy: Policy, stack: GatewayProcess) -> None:
+async def test_answering_without_editing_scores_zero(policy: PolicyByToken, stack: GatewayProcess) -> None:
     script = steps(
         reply_tool_calls(ToolCall("view", {"path": "."})), reply_text("The code looks right to me.")
     )
@@ -205,7 +186,7 @@ async def test_answering_without_editing_scores_zero(policy: Policy, stack: Gate
 
 
 async def test_runaway_commands_are_contained_and_reported(
-    policy: Policy, stack: GatewayProcess, tmp_path: Path
+    policy: PolicyByToken, stack: GatewayProcess, tmp_path: Path
 ) -> None:
     host_marker = tmp_path / "written-from-the-sandbox"
     bomb = textwrap.dedent("""\
@@ -241,7 +222,7 @@ async def test_runaway_commands_are_contained_and_reported(
 
 
 async def test_an_abort_mid_trial_is_terminal_with_cleanup_confirmed_and_nothing_left(
-    policy: Policy, stack: GatewayProcess, resources_url: str
+    policy: PolicyByToken, stack: GatewayProcess, resources_url: str
 ) -> None:
     token = new_token()
     policy.behaviours[token] = steps(
@@ -266,7 +247,7 @@ async def test_an_abort_mid_trial_is_terminal_with_cleanup_confirmed_and_nothing
 
 
 async def test_eight_concurrent_trials_complete(
-    policy: Policy, stack: GatewayProcess, resources_url: str
+    policy: PolicyByToken, stack: GatewayProcess, resources_url: str
 ) -> None:
     """The oracle `make demo`-style policy (each task's golden probe, replayed through the tools)."""
     oracle = OracleScript(make_plugin_manager().verifier_probes(ENV))

@@ -15,7 +15,6 @@ import asyncio
 import itertools
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ from relax_gym_core.testing import (
     reply_text,
     reply_tool_calls,
 )
-from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
+from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 pytest.importorskip("relax_gym_reasoning_gym_cc")
 from relax_gym_reasoning_gym_cc import claude
@@ -89,23 +88,9 @@ def bash(command: str) -> ScriptedReply:
     return reply_tool_calls(ToolCall("Bash", {"command": command, "description": "run it"}))
 
 
-class Policy:
-    def __init__(self) -> None:
-        self.behaviours: dict[str, Behaviour] = {}
-        self.server = ScriptedPolicy(self.answer)
-
-    def answer(self, request: RecordedRequest) -> ScriptedReply:
-        behaviour = self.behaviours.get(request.bearer or "")
-        return behaviour(request) if behaviour is not None else reply_text("<answer>0</answer>")
-
-    def requests_of(self, token: str) -> list[RecordedRequest]:
-        return [r for r in self.server.model_requests("messages") if r.bearer == token]
-
-
 @pytest.fixture(scope="module")
-def policy() -> Iterator[Policy]:
-    holder = Policy()
-    with holder.server:
+def policy() -> Iterator[PolicyByToken]:
+    with PolicyByToken(lambda _request: reply_text("<answer>0</answer>"), resource="messages") as holder:
         yield holder
 
 
@@ -116,11 +101,7 @@ def stack(relax_gym_up: Callable[..., GatewayProcess]) -> GatewayProcess:
 
 @pytest.fixture(scope="module")
 def agent_url(stack: GatewayProcess) -> str:
-    for line in stack.output:
-        match = re.match(rf"NeMo Gym server {AGENT} at (\S+)", line)
-        if match:
-            return match.group(1)
-    raise AssertionError("agent address not printed:\n" + "\n".join(stack.output))
+    return stack.server_url(AGENT)
 
 
 def new_token() -> str:
@@ -132,7 +113,7 @@ def session_input(answer: str = "42") -> dict[str, Any]:
     return {"messages": converted["input"], "metadata": converted["metadata"]}
 
 
-def trial_request(policy: Policy, token: str, *, deadline_s: float = 600) -> Any:
+def trial_request(policy: PolicyByToken, token: str, *, deadline_s: float = 600) -> Any:
     body = {
         "protocol_version": PROTOCOL_VERSION,
         "request_id": f"relax-rgcc-{token}",
@@ -147,7 +128,7 @@ def trial_request(policy: Policy, token: str, *, deadline_s: float = 600) -> Any
 
 
 async def trial(
-    policy: Policy, stack: GatewayProcess, behaviour: Behaviour, token: str | None = None
+    policy: PolicyByToken, stack: GatewayProcess, behaviour: Behaviour, token: str | None = None
 ) -> tuple[Any, str]:
     token = token or new_token()
     policy.behaviours[token] = behaviour
@@ -251,7 +232,7 @@ async def agent_state(agent_url: str) -> dict[str, Any]:
 
 
 def test_a_bash_round_trip_through_the_thin_client_scores_one(
-    policy: Policy, stack: GatewayProcess, agent_url: str, tmp_path: Path
+    policy: PolicyByToken, stack: GatewayProcess, agent_url: str, tmp_path: Path
 ) -> None:
     """The recipe's trial: Bash `python3 -c 'print(6 * 7)'`, then the row's answer; reward 1.0."""
     token = new_token()
@@ -306,7 +287,7 @@ def test_a_bash_round_trip_through_the_thin_client_scores_one(
 
 
 async def test_the_sandbox_keeps_bash_off_the_network_the_system_and_other_trials(
-    policy: Policy, stack: GatewayProcess
+    policy: PolicyByToken, stack: GatewayProcess
 ) -> None:
     """Two concurrent trials: A writes a note in its workspace and waits (its next model call held); B
     looks for it, tries the gateway over the network and writes to the system."""
@@ -340,7 +321,7 @@ async def test_the_sandbox_keeps_bash_off_the_network_the_system_and_other_trial
 
 
 async def test_an_abort_during_the_bash_call_leaves_no_process_and_no_directory(
-    policy: Policy, stack: GatewayProcess, agent_url: str
+    policy: PolicyByToken, stack: GatewayProcess, agent_url: str
 ) -> None:
     token = new_token()
     command = f"sleep 290.{next(_tokens):04d}"  # names this trial's sandboxed command in /proc
@@ -372,7 +353,7 @@ async def test_an_abort_during_the_bash_call_leaves_no_process_and_no_directory(
 
 @pytest.mark.slow
 async def test_sixteen_concurrent_trials_complete(
-    policy: Policy, stack: GatewayProcess, agent_url: str
+    policy: PolicyByToken, stack: GatewayProcess, agent_url: str
 ) -> None:
     recipe = steps(bash("python3 -c 'print(6 * 7)'"), reply_text("<answer>42</answer>"))
     results = await asyncio.gather(*(trial(policy, stack, recipe) for _ in range(16)))
@@ -385,7 +366,7 @@ async def test_sixteen_concurrent_trials_complete(
 
 
 async def test_the_oracle_policy_of_make_demo_recognises_the_row_through_the_cli(
-    policy: Policy, stack: GatewayProcess
+    policy: PolicyByToken, stack: GatewayProcess
 ) -> None:
     """`make demo` drives every environment with OracleScript; the CLI sends the row's prompt with blocks
     of its own beside it in the user message, and the oracle still knows the row."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -47,11 +46,7 @@ def stack(relax_gym_up: Callable[..., GatewayProcess]) -> GatewayProcess:
 
 @pytest.fixture(scope="module")
 def resources_url(stack: Any) -> str:
-    for line in stack.output:
-        match = re.match(r"NeMo Gym server workplace_assistant at (\S+)", line)
-        if match:
-            return match.group(1)
-    raise AssertionError("resources server address not printed:\n" + "\n".join(stack.output))
+    return stack.server_url("workplace_assistant")
 
 
 def session_input(row: dict[str, Any]) -> dict[str, Any]:

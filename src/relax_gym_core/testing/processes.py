@@ -34,6 +34,14 @@ class GatewayProcess:
     def pid(self) -> int:
         return self.process.pid
 
+    def server_url(self, name: str) -> str:
+        """Where `relax-gym up` said its NeMo Gym server `name` listens (replica #0's, with replicas)."""
+        prefix = f"NeMo Gym server {name} at "
+        for line in self.output:
+            if line.startswith(prefix):
+                return line.removeprefix(prefix).split()[0]
+        raise AssertionError(f"address of NeMo Gym server {name} not printed:\n" + "\n".join(self.output))
+
 
 @contextlib.contextmanager
 def start_gateway(
