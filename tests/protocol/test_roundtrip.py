@@ -245,7 +245,7 @@ bad_values = st.one_of(
         ]
     ),
     st.integers(min_value=1, max_value=40).map(_nested_lists),
-)
+).map(copy.deepcopy)  # fresh: mutated_bodies edits what it inserts, and the [] and {} above are shared
 
 
 @st.composite
