@@ -1,7 +1,7 @@
 """Bridge overhead: the same load against a scripted upstream directly and through the gateway's bridge.
 
 Three processes on 127.0.0.1: an upstream answering a fixed chat completion, the gateway (real uvicorn,
-echo trials holding live capabilities), and a closed-loop driver. Reported per concurrency level: calls/s
+echo trials with live rollout ids), and a closed-loop driver. Reported per concurrency level: calls/s
 direct vs bridged, added p50/p99 latency, and the gateway's CPU per bridged call (all its threads, from
 /proc/<pid>/stat), for each upstream HTTP client side by side.
 
@@ -115,8 +115,8 @@ def run_gateway() -> None:
         upstream_client=os.environ["BENCH_CLIENT"],
         public_url=url_of(sock),
     )
-    # Deterministic capabilities so the driver can address the trials it created, in order.
-    app = create_app(settings, new_capability=lambda: f"{next(counter):032x}-0")
+    # Deterministic rollout ids so the driver can address the trials it created, in order.
+    app = create_app(settings, new_rollout_id=lambda: f"{next(counter):032x}-0")
     run(app, sock)
 
 
@@ -153,7 +153,7 @@ http {{
 }}
 """
 
-# wrk posts REQUEST; bridged paths rotate over the trials' capabilities like the python driver's workers.
+# wrk posts REQUEST; bridged paths rotate over the trials' rollout ids like the python driver's workers.
 WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.body = '{body}'

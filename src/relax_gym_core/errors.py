@@ -13,7 +13,7 @@
     │   ├── ServiceClosingError       the gateway is shutting down (503)
     │   └── StoreUnavailableError     a change could not be made durable; nothing acknowledged (503)
     ├── CallbackError
-    │   ├── CapabilityUnavailableError  unknown, inactive or expired rollout capability (410)
+    │   ├── RolloutUnavailableError     a model call's rollout id is unknown, or its trial not active (410)
     │   ├── CallbackURLRejectedError    model_endpoint.base_url refused by the allowlist (400)
     │   └── UpstreamError               the trainer's model API failed us (502)
     │       ├── UpstreamTransportError  one attempt may have reached it (never replayed)
@@ -112,8 +112,8 @@ class CallbackError(RelaxGymError):
     """A model callback could not be bridged."""
 
 
-class CapabilityUnavailableError(CallbackError):
-    """The rollout capability is unknown, no longer active, or past its deadline or lease."""
+class RolloutUnavailableError(CallbackError):
+    """A model call names a rollout id that is unknown, no longer active, or past its deadline or lease."""
 
 
 class CallbackURLRejectedError(CallbackError):

@@ -5,7 +5,7 @@ book or the bridge. Observers are called synchronously, right after the state th
 (so what they read is already true), and must be cheap: they run inside every transition and every model
 call. An observer that raises is logged and skipped; it never undoes or blocks a transition.
 
-Events carry no capability (rollout id) and no token: observers may log what they get.
+Events carry no rollout id (a live bridge key) and no token: observers may log what they get.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ STATUS_CODES: dict[type[errors.RelaxGymError], int] = {
     errors.ServiceClosingError: 503,
     errors.StoreUnavailableError: 503,
     errors.UnauthorizedError: 401,
-    errors.CapabilityUnavailableError: 410,
+    errors.RolloutUnavailableError: 410,
     errors.CallbackURLRejectedError: 400,
     errors.UpstreamError: 502,
     errors.BodyTooLargeError: 413,
@@ -59,7 +59,7 @@ def error_response(exc: BaseException) -> Response:
         headers["Retry-After"] = "5"  # a replacement gateway is usually up by then
     elif isinstance(exc, errors.StoreUnavailableError):
         headers["Retry-After"] = "1"  # the ledger retries its write within seconds
-    elif isinstance(exc, (errors.UpstreamError, errors.CapabilityUnavailableError)):
+    elif isinstance(exc, (errors.UpstreamError, errors.RolloutUnavailableError)):
         # The model call may already have been delivered (or the trial is over): an SDK must not replay it.
         headers["x-should-retry"] = "false"
     return json_response({"detail": str(exc)}, status_for(exc), headers)

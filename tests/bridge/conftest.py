@@ -1,7 +1,7 @@
 """Fixtures for the bridge: a real in-process gateway (uvicorn in a thread) and the scripted policy server.
 
-The rollout capability is never exposed over HTTP, so the gateway runs in this process and the tests read
-it from the app's trial book.
+A trial's rollout id is not in its snapshot (only its environment sees it), so the gateway runs in this
+process and the tests read it from the app's trial book.
 """
 
 from __future__ import annotations
@@ -52,9 +52,7 @@ class BridgeGateway:
         self.http.close()
 
     def rollout_id(self, request_id: str) -> str:
-        rollout_id = self.app.state.gateway.service.book.get(request_id).capability
-        assert rollout_id is not None  # the capability: what model calls carry
-        return rollout_id
+        return self.app.state.gateway.service.book.get(request_id).rollout_id  # what model calls carry
 
     def create_trial(
         self,
@@ -83,7 +81,7 @@ class BridgeGateway:
         assert response.status_code == 202, response.text
 
     def openai_client(self, rollout_id: str) -> openai.OpenAI:
-        """One SDK client per capability, reused (building clients is the slow part of a call)."""
+        """One SDK client per rollout id, reused (building clients is the slow part of a call)."""
         client = self._clients.get(("openai", rollout_id))
         if client is None:
             client = openai.OpenAI(

@@ -16,7 +16,7 @@ import openai
 import pydantic
 import pytest
 
-from relax_gym_core.bridge import CAPABILITY_TAG
+from relax_gym_core.bridge import ROLLOUT_TAG
 from relax_gym_core.testing import (
     Gate,
     ModelReply,
@@ -58,7 +58,7 @@ def assert_forwarded(seen: RecordedRequest, trial: Trial, resource: str, **field
     assert isinstance(seen.body, dict)
     assert seen.body["model"] == trial.model
     raw = seen.raw_body.decode()
-    assert CAPABILITY_TAG not in raw
+    assert ROLLOUT_TAG not in raw
     assert trial.rollout_id not in raw
     for key, value in fields.items():
         assert seen.body[key] == value, key
@@ -540,23 +540,21 @@ def test_unprefixed_call_carries_the_capability_in_metadata(
     client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=AGENT_KEY, max_retries=0)
     with client:
         response = client.responses.create(
-            model="agent-model", input="hi", metadata={CAPABILITY_TAG: trial.rollout_id, "keep": "x"}
+            model="agent-model", input="hi", metadata={ROLLOUT_TAG: trial.rollout_id, "keep": "x"}
         )
         assert response.output_text == "ok"
         assert response.metadata in (None, {})  # Relax does not echo metadata; the tag surely not
         completion = client.chat.completions.create(
             model="agent-model",
             messages=USER,
-            metadata={CAPABILITY_TAG: trial.rollout_id},
+            metadata={ROLLOUT_TAG: trial.rollout_id},
         )
         assert completion.choices[0].message.content == "ok"
 
         with pytest.raises(openai.NotFoundError):  # no capability at all
             client.responses.create(model="agent-model", input="hi", metadata={"keep": "x"})
         with pytest.raises(openai.APIStatusError) as info:  # a capability nobody holds
-            client.responses.create(
-                model="agent-model", input="hi", metadata={CAPABILITY_TAG: "0" * 32 + "-0"}
-            )
+            client.responses.create(model="agent-model", input="hi", metadata={ROLLOUT_TAG: "0" * 32 + "-0"})
         assert_unavailable(info.value, "responses", stream=False)
 
     first, second = policy.model_requests()

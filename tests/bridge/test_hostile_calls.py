@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from relax_gym_core.bridge import CAPABILITY_TAG
+from relax_gym_core.bridge import ROLLOUT_TAG
 from relax_gym_core.testing import reply_raw
 from relax_gym_core.testing.web import ScriptedPolicy
 
@@ -44,7 +44,7 @@ def test_a_lone_surrogate_in_an_unprefixed_call_is_a_422_too(
     gateway: BridgeGateway, policy: ScriptedPolicy
 ) -> None:
     trial = gateway.create_trial(policy.base_url)
-    body = {"input": "MARK", "metadata": {CAPABILITY_TAG: trial.rollout_id}}
+    body = {"input": "MARK", "metadata": {ROLLOUT_TAG: trial.rollout_id}}
     answer = post(f"{gateway.url}/v1/responses", json.dumps(body).replace('"MARK"', LONE).encode())
     assert (answer.status_code, answer.json()["detail"]) == (
         422,
@@ -62,7 +62,7 @@ def test_a_streaming_call_with_a_dead_capability_gets_its_status_before_any_stre
     body = {"model": "m", "max_tokens": 8, "messages": [], "stream": True}
     for url, sent in (
         (f"{gateway.url}/ng-rollout/{trial.rollout_id}/v1/{resource}", body),
-        (f"{gateway.url}/v1/{resource}", {**body, "metadata": {CAPABILITY_TAG: trial.rollout_id}}),
+        (f"{gateway.url}/v1/{resource}", {**body, "metadata": {ROLLOUT_TAG: trial.rollout_id}}),
     ):
         answer = post(url, json.dumps(sent).encode())
         assert answer.status_code == 410
@@ -93,8 +93,8 @@ def test_a_stream_is_refused_when_the_metadata_tag_is_dead_though_another_key_is
         "max_tokens": 8,
         "messages": [],
         "stream": True,
-        "tools": [{"name": "t", "input_schema": {CAPABILITY_TAG: live.rollout_id}}],
-        "metadata": {CAPABILITY_TAG: dead.rollout_id},
+        "tools": [{"name": "t", "input_schema": {ROLLOUT_TAG: live.rollout_id}}],
+        "metadata": {ROLLOUT_TAG: dead.rollout_id},
     }
     answer = post(f"{gateway.url}/v1/messages", json.dumps(body).encode())
     assert (answer.status_code, answer.headers["content-type"]) == (410, "application/json")

@@ -4,18 +4,21 @@ directory: no trial is lost, no environment state leaks, no late model call is f
 The arrangement: the session's shared NeMo Gym servers (resources server + simple_agent, started once by
 the relax_gym_servers fixture), in front of them our own `relax-gym serve` process, so SIGKILL hits the
 gateway and nothing else. The servers' policy_model is the session's model slot, where this test installs
-a relay: each model call of an agent is forwarded to whichever gateway is current, and the capability it
-carries is noted (it is the only place a test can see one). Behind the gateway, a scripted policy holds
+a relay: each model call of an agent is forwarded to whichever gateway is current, and the rollout id it
+carries is noted (the environment's id of the trial: the ledger records it, and only a live trial's id
+is a bridge key). Behind the gateway, a scripted policy holds
 every reply on a gate, so all 20 trials stay running until the kill.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
 import signal
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -44,7 +47,7 @@ from relax_gym_workplace.data import example_rows  # noqa: E402
 ENVIRONMENT = "workplace_assistant"
 CONFIG = "workplace-assistant-v1"
 TRIALS = 20
-TAG = "relax_gym_rollout"  # where NeMo Gym's simple_agent carries the capability (README: the bridge)
+TAG = "relax_gym_rollout"  # where NeMo Gym 0.4.0's simple_agent carries the rollout id (README: the bridge)
 OPTIONS = ClientOptions(poll_interval_s=0.1)
 SAFETY_S = 180.0  # guards against hangs only; nothing here is timed
 
@@ -54,7 +57,7 @@ class Relay:
 
     def __init__(self) -> None:
         self.target: str | None = None
-        self.capabilities: list[str] = []  # in the order first seen
+        self.rollout_ids: list[str] = []  # in the order first seen
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -63,9 +66,9 @@ class Relay:
             metadata = json.loads(raw).get("metadata") or {}
         except (ValueError, AttributeError):
             metadata = {}
-        capability = metadata.get(TAG) if isinstance(metadata, dict) else None
-        if isinstance(capability, str) and capability not in self.capabilities:
-            self.capabilities.append(capability)
+        rollout_id = metadata.get(TAG) if isinstance(metadata, dict) else None
+        if isinstance(rollout_id, str) and rollout_id not in self.rollout_ids:
+            self.rollout_ids.append(rollout_id)
         headers = {k: v for k, v in request.headers.items() if k not in ("host", "content-length")}
         response: Response
         try:
@@ -86,12 +89,12 @@ def session_input(row: dict[str, Any]) -> dict[str, Any]:
     return {"messages": converted["input"], "metadata": converted["metadata"]}
 
 
-def create_body(policy: ScriptedPolicy, token: str, index: int) -> dict[str, Any]:
+def create_body(policy: ScriptedPolicy, token: str, session: str, index: int) -> dict[str, Any]:
     rows = example_rows()
     return {
         "protocol_version": PROTOCOL_VERSION,
         "request_id": f"restart-{token[-12:]}",
-        "session": {"session_id": token, "group_id": "restart-e2e", "rollout_mode": "train"},
+        "session": {"session_id": session, "group_id": "restart-e2e", "rollout_mode": "train"},
         "environment": {
             "name": ENVIRONMENT,
             "config": CONFIG,
@@ -125,9 +128,10 @@ async def until(predicate: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.1)
 
 
-def found_in(state_dir: Path, lines: list[str], needles: list[str]) -> list[str]:
+def found_in(state_dir: Path | None, lines: list[str], needles: list[str]) -> list[str]:
     hits = []
-    for path in sorted(p for p in state_dir.rglob("*") if p.is_file()):
+    files = [] if state_dir is None else sorted(p for p in state_dir.rglob("*") if p.is_file())
+    for path in files:
         data = path.read_bytes()
         hits += [f"{path.name}: {n[:10]}..." for n in needles if n.encode() in data]
     text = "\n".join(lines)
@@ -143,12 +147,16 @@ async def test_sigkill_with_twenty_live_trials_then_restart(relax_gym_servers: A
         return reply_text("Done.").held(gate)  # every reply waits: the trials stay running
 
     relay = Relay()
-    tokens = [f"agentic_session_shard_0.session-{secrets.token_hex(16)}" for _ in range(TRIALS)]
+    # The session's token (the api key the bridge sends upstream) and its id, each its own value.
+    keys = [f"agentic_session_shard_0.session-{secrets.token_hex(16)}" for _ in range(TRIALS)]
+    session_ids = [f"relax-session-{secrets.token_hex(16)}" for _ in range(TRIALS)]
+    tokens = keys + session_ids
     baseline = await sessions(servers.resources)
     specs = gateway_specs(servers)
     debug = ("--log-level", "debug")
     with ScriptedPolicy(hold) as policy, servers.model.serving(relay):
-        bodies = [create_body(policy, token, index) for index, token in enumerate(tokens)]
+        pairs = enumerate(zip(keys, session_ids, strict=True))
+        bodies = [create_body(policy, key, session, index) for index, (key, session) in pairs]
         requests = [parse_create_request(json.dumps(body)) for body in bodies]
         with start_gateway(specs, state_dir=state_dir, extra_args=debug) as first:
             port = urlsplit(first.url).port
@@ -157,7 +165,7 @@ async def test_sigkill_with_twenty_live_trials_then_restart(relax_gym_servers: A
             clients = [
                 asyncio.create_task(run_trial(r, gateway_url=first.url, options=OPTIONS)) for r in requests
             ]
-            await until(lambda: len(relay.capabilities) == TRIALS, "every agent calls its model")
+            await until(lambda: len(relay.rollout_ids) == TRIALS, "every agent calls its model")
             await until(lambda: len(policy.model_requests()) >= TRIALS, "every call reaches the policy")
             leaked = await sessions(servers.resources)
             assert leaked[0] >= baseline[0] + TRIALS  # each running trial holds tool databases
@@ -165,7 +173,8 @@ async def test_sigkill_with_twenty_live_trials_then_restart(relax_gym_servers: A
             first.process.wait(timeout=SAFETY_S)
         assert await sessions(servers.resources) == leaked  # nothing releases them but the gateway
         # What the crash left on disk (the WAL holds every page the first gateway wrote): no secret.
-        assert found_in(state_dir, first.output, [*tokens, *relay.capabilities]) == []
+        assert found_in(state_dir, first.output, tokens) == []
+        assert found_in(None, first.output, relay.rollout_ids) == []  # nor a live bridge key in a log
 
         with start_gateway(specs, state_dir=state_dir, port=port or 0, extra_args=debug) as second:
             relay.target = second.url
@@ -183,13 +192,18 @@ async def test_sigkill_with_twenty_live_trials_then_restart(relax_gym_servers: A
             ] * TRIALS  # 0 lost: each one terminal, with its cause
             assert [s.cleanup.value for s in settled if s.cleanup] == ["confirmed"] * TRIALS
             assert await sessions(servers.resources) == baseline  # released by rollout id
+            # ...by the ids the agents carried: the ledger's, the bridge's and the environment's are one.
+            ledger = f"file:{state_dir / 'ledger.sqlite3'}?mode=ro"
+            with contextlib.closing(sqlite3.connect(ledger, uri=True)) as db:
+                recorded = {row[0] for row in db.execute("SELECT rollout_id FROM trials")}
+            assert recorded == set(relay.rollout_ids)
 
             seen_by_policy = len(policy.requests)
             async with httpx.AsyncClient(base_url=second.url, trust_env=False, timeout=30) as http:
-                # A late model call of each dead trial, both ways a capability can travel: refused.
-                for capability in relay.capabilities:
-                    late = {"model": "x", "input": "still there?", "metadata": {TAG: capability}}
-                    prefixed = await http.post(f"/ng-rollout/{capability}/v1/responses", json=late)
+                # A late model call of each dead trial, both ways a rollout id can travel: refused.
+                for rollout_id in relay.rollout_ids:
+                    late = {"model": "x", "input": "still there?", "metadata": {TAG: rollout_id}}
+                    prefixed = await http.post(f"/ng-rollout/{rollout_id}/v1/responses", json=late)
                     tagged = await http.post("/v1/responses", json=late)
                     assert (prefixed.status_code, tagged.status_code) == (410, 410)
                 # A replayed create returns the recorded trial and runs nothing again.
@@ -208,4 +222,5 @@ async def test_sigkill_with_twenty_live_trials_then_restart(relax_gym_servers: A
             logs = first.output + second.output
         gate.open()
 
-    assert found_in(state_dir, logs, [*tokens, *relay.capabilities]) == []
+    assert found_in(state_dir, logs, tokens) == []
+    assert found_in(None, logs, relay.rollout_ids) == []

@@ -9,8 +9,8 @@ import attrs
 import pytest
 
 from relax_gym_core.errors import (
-    CapabilityUnavailableError,
     QueueFullError,
+    RolloutUnavailableError,
     ServiceClosingError,
     TrialConflictError,
     TrialExpiredError,
@@ -80,14 +80,18 @@ def make_request(
     deadline_s: float = 600.0,
     lease_s: float = 300.0,
     api_key: str = "sk-test",
+    session_id: str = "sess",
+    headers: dict[str, str] | None = None,
     task: dict[str, Any] | None = None,
 ) -> CreateTrialRequest:
     return CreateTrialRequest(
         protocol_version=PROTOCOL_VERSION,
         request_id=request_id,
-        session=SessionInfo(session_id="sess", group_id="grp", rollout_mode="train"),
+        session=SessionInfo(session_id=session_id, group_id="grp", rollout_mode="train"),
         environment=EnvironmentRef(name=env[0], config=env[1], task=task if task is not None else {"q": 1}),
-        model_endpoint=ModelEndpoint(base_url="http://trainer.local/v1", api_key=api_key, model="m"),
+        model_endpoint=ModelEndpoint(
+            base_url="http://trainer.local/v1", api_key=api_key, model="m", headers=headers or {}
+        ),
         interrupt_policy=InterruptPolicy.PROTECTED,
         deadline_s=deadline_s,
         lease_s=lease_s,
@@ -197,7 +201,7 @@ def test_completed_trial_keeps_slot_until_cleanup_is_settled() -> None:
     assert snap.cleanup is CleanupState.PENDING
     assert unstructure(snap)["cleanup"] == "pending"
     assert trial_a.request is None  # token dropped once terminal
-    assert not book.has_capability(trial_a.capability)
+    assert not book.is_live(trial_a.rollout_id)
     assert book.active == 1  # only b
     assert book.env_counts(ENV) == (1, 0, 1)
     assert started_ids(book) == []  # a's slot is still held
@@ -247,9 +251,9 @@ def test_begin_cancel_of_queued_trial_finishes_at_once_with_cleanup_confirmed() 
     assert trial_b.error == {"code": "aborted"}
     assert trial_b.reward is None
     assert trial_b.request is None
-    assert not book.has_capability(trial_b.capability)
-    with pytest.raises(CapabilityUnavailableError):
-        book.capability(trial_b.capability)
+    assert not book.is_live(trial_b.rollout_id)
+    with pytest.raises(RolloutUnavailableError):
+        book.live(trial_b.rollout_id)
     assert book.env_counts(ENV) == (1, 1, 1)
     assert book.active == 2
     assert not book.finish_cleanup("b", CLEANUP_UNVERIFIED)  # nothing left to settle
@@ -258,18 +262,18 @@ def test_begin_cancel_of_queued_trial_finishes_at_once_with_cleanup_confirmed() 
     assert started_ids(book) == ["c"]  # b's stale queue entry is skipped
 
 
-def test_capability_follows_active_phase() -> None:
+def test_rollout_id_is_live_while_the_trial_is_active() -> None:
     book, _ = make_book()
     trial, _ = book.create(make_request("a"))
-    assert book.capability(trial.capability) is trial
+    assert book.live(trial.rollout_id) is trial
     started_ids(book)
-    assert book.capability(trial.capability) is trial
+    assert book.live(trial.rollout_id) is trial
     book.begin_cancel("a", Cause.AGENT_ERROR)
-    assert not book.has_capability(trial.capability)
-    with pytest.raises(CapabilityUnavailableError):
-        book.capability(trial.capability)
-    with pytest.raises(CapabilityUnavailableError):
-        book.capability("no-such-rollout")
+    assert not book.is_live(trial.rollout_id)
+    with pytest.raises(RolloutUnavailableError):
+        book.live(trial.rollout_id)
+    with pytest.raises(RolloutUnavailableError):
+        book.live("no-such-rollout")
 
 
 # ---- replay and conflict -----------------------------------------------------------------------------
@@ -672,5 +676,5 @@ def test_an_overdue_renew_cancels_instead_of_reviving(
     assert outcome is (Cancel.NEEDS_CLEANUP if start else Cancel.FINISHED)
     assert trial.cause is cause
     assert trial.lease_expires_at == lease
-    assert not book.has_capability(trial.capability)
+    assert not book.is_live(trial.rollout_id)
     assert book.renew("r") is None  # no longer active: a no-op

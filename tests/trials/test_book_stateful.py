@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from relax_gym_core.errors import (
-    CapabilityUnavailableError,
     PolicyMismatchError,
     QueueFullError,
+    RolloutUnavailableError,
     TrialConflictError,
     TrialExpiredError,
     TrialNotFoundError,
@@ -166,7 +166,7 @@ class TrialBookMachine(RuleBasedStateMachine):
         self.first_terminal: dict[str, TrialStatus] = {}
         self.settled_at: dict[str, float] = {}
         self.left_active: set[str] = set()
-        self.rollouts: dict[str, str] = {}  # request_id -> rollout_id, to check capabilities after eviction
+        self.rollouts: dict[str, str] = {}  # request_id -> rollout_id, to check they die with eviction
         self.created = 0
 
     # ---- helpers ------------------------------------------------------------------------------------
@@ -516,8 +516,8 @@ class TrialBookMachine(RuleBasedStateMachine):
         non_terminal = 0
         for request_id in self.requests:
             trial = self.trial(request_id)
-            self.rollouts.setdefault(request_id, trial.capability)
-            assert trial.capability == self.rollouts[request_id]
+            self.rollouts.setdefault(request_id, trial.rollout_id)
+            assert trial.rollout_id == self.rollouts[request_id]
             assert isinstance(trial.status, TrialStatus)
 
             # phase and status agree
@@ -548,13 +548,13 @@ class TrialBookMachine(RuleBasedStateMachine):
                     assert trial.error is not None
                     assert trial.error["code"] in (trial.cause.value, "cleanup_unverified", "cleanup_failed")
 
-            # the capability lives exactly as long as the trial is active
-            assert self.book.has_capability(trial.capability) == (trial.phase is Phase.ACTIVE)
+            # the rollout id is live exactly as long as the trial is active
+            assert self.book.is_live(trial.rollout_id) == (trial.phase is Phase.ACTIVE)
             if trial.phase is Phase.ACTIVE:
-                assert self.book.capability(trial.capability) is trial
+                assert self.book.live(trial.rollout_id) is trial
             else:
-                with pytest.raises(CapabilityUnavailableError):
-                    self.book.capability(trial.capability)
+                with pytest.raises(RolloutUnavailableError):
+                    self.book.live(trial.rollout_id)
 
             # the token goes with the terminal transition
             assert (trial.request is None) == (trial.phase is Phase.TERMINAL)
@@ -571,7 +571,7 @@ class TrialBookMachine(RuleBasedStateMachine):
             assert snap.cleanup is trial.cleanup
 
         for rollout_id in self.evicted.values():
-            assert not self.book.has_capability(rollout_id)
+            assert not self.book.is_live(rollout_id)
 
         assert self.book.active == non_terminal
         assert self.book.terminal_count() == len(self.requests) - non_terminal

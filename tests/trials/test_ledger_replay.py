@@ -88,8 +88,8 @@ class LedgerReplay(RuleBasedStateMachine):
         )
 
     def make_book(self, store: Any) -> TrialBook:
-        # Same id and capability sequences in both books, so their records are equal.
-        rollouts, capabilities = itertools.count(), itertools.count()
+        # The same rollout id sequence in both books, so their records are equal.
+        rollouts = itertools.count()
         return TrialBook(
             clock=self.clock,
             store=store,
@@ -97,7 +97,6 @@ class LedgerReplay(RuleBasedStateMachine):
             retention_s=RETENTION_S,
             fingerprint_key=self.key,
             new_rollout_id=lambda: f"rollout-{next(rollouts)}-0",
-            new_capability=lambda: f"cap-{next(capabilities)}-0",
         )
 
     def books(self) -> list[TrialBook]:

@@ -157,16 +157,20 @@ def test_retention_and_tombstones_run_in_the_file(tmp_path: Path) -> None:
     assert len(store) == 2
 
 
-def test_no_token_or_capability_is_ever_written(tmp_path: Path) -> None:
+def test_no_session_token_api_key_or_header_value_is_ever_written(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "state"), clock=time.monotonic)
     book = book_on(store, concurrency=2)
     secrets_seen: list[str] = []
+    rollout_ids: list[str] = []
     for index, path in enumerate(["queued", "running", "cancelling", "completed", "settled"]):
+        # Each secret its own value: one that happened to equal another would hide which one leaked.
         key = f"sk-never-on-disk-{index:04d}-{os.urandom(8).hex()}"
-        request = make_request(f"s-{path}", api_key=key)
+        session = f"session-token-{index:04d}-{os.urandom(8).hex()}"
+        header = f"header-value-{index:04d}-{os.urandom(8).hex()}"
+        request = make_request(f"s-{path}", api_key=key, session_id=session, headers={"X-Extra": header})
         trial, _ = book.create(request)
-        assert trial.capability is not None
-        secrets_seen += [key, trial.capability]
+        secrets_seen += [key, session, header]
+        rollout_ids.append(trial.rollout_id)
         if path != "queued":
             book.start_ready()
         if path == "cancelling":
@@ -183,6 +187,11 @@ def test_no_token_or_capability_is_ever_written(tmp_path: Path) -> None:
     for path in files:
         data = path.read_bytes()
         assert [s for s in secrets_seen if s.encode() in data] == [], path.name
+    # The rollout ids are recorded (cleanup after a restart is addressed by them); they are a bridge key
+    # only while their trial is live in this process (trials/rollouts.py).
+    with sqlite3.connect(tmp_path / "state" / "ledger.sqlite3") as db:
+        recorded = {row[0] for row in db.execute("SELECT rollout_id FROM trials")}
+    assert recorded == set(rollout_ids)
 
 
 def test_a_state_directory_belongs_to_one_gateway_and_keeps_its_fingerprint_key(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """Every trial transition reaches the observers once, in order, after the state it describes is true; a
-failing observer changes nothing; events carry no capability or token."""
+failing observer changes nothing; events carry no rollout id or token."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def test_a_failing_observer_is_logged_and_changes_nothing(caplog: pytest.LogCapt
     assert len([r for r in caplog.records if r.name == "relax_gym.observe"]) == 4
 
 
-def test_events_carry_no_capability_or_token() -> None:
+def test_events_carry_no_rollout_id_or_token() -> None:
     seen = RecordingObserver()
     book, _ = observed_book(seen)
     trial, _ = book.create(make_request("a", api_key="sk-secret-token"))

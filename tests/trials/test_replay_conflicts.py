@@ -100,7 +100,7 @@ def test_replay_with_a_new_api_key_is_the_same_trial_and_the_new_key_is_used() -
     assert (again, created) == (trial, False)
     assert trial.request is not None
     assert trial.request.model_endpoint.api_key == "sk-refreshed"
-    assert book.capability(trial.capability).request is trial.request  # what the bridge forwards with
+    assert book.live(trial.rollout_id).request is trial.request  # what the bridge forwards with
     assert book.created_total == 1
 
 

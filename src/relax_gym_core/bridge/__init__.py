@@ -1,7 +1,7 @@
 """The callback bridge: every model call of a trial reaches exactly that trial's Relax session."""
 
 from relax_gym_core.bridge.allowlist import CallbackPolicy, upstream_url
-from relax_gym_core.bridge.payloads import CAPABILITY_TAG
+from relax_gym_core.bridge.payloads import ROLLOUT_TAG
 from relax_gym_core.bridge.routes import Bridge
 from relax_gym_core.bridge.upstream import (
     UPSTREAM_CLIENTS,
@@ -14,7 +14,7 @@ from relax_gym_core.bridge.upstream import (
 )
 
 __all__ = [
-    "CAPABILITY_TAG",
+    "ROLLOUT_TAG",
     "UPSTREAM_CLIENTS",
     "AiohttpUpstream",
     "Bridge",

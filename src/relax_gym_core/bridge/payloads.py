@@ -1,27 +1,27 @@
-"""Model-call bodies on their way up (alias, sampling overrides, capability tag removed) and back down
+"""Model-call bodies on their way up (alias, sampling overrides, rollout tag removed) and back down
 (Responses repairs that make Relax's answers validate against NeMo Gym's pydantic models)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-# Where an un-prefixed model call carries its trial capability (relax_gym_core.protocol.bridge says why).
-# The tag never goes upstream.
-from relax_gym_core.protocol import CAPABILITY_TAG, capability_of
+# Where an un-prefixed model call carries its trial's rollout id (relax_gym_core.protocol.bridge says
+# why). The tag never goes upstream.
+from relax_gym_core.protocol import ROLLOUT_TAG, rollout_id_of
 
-__all__ = ["CAPABILITY_TAG", "capability_from_body", "repair_responses", "upstream_body"]
+__all__ = ["ROLLOUT_TAG", "repair_responses", "rollout_id_from_body", "upstream_body"]
 
 
-def capability_from_body(body: dict[str, Any]) -> str | None:
-    return capability_of(body.get("metadata"))
+def rollout_id_from_body(body: dict[str, Any]) -> str | None:
+    return rollout_id_of(body.get("metadata"))
 
 
 def upstream_body(body: dict[str, Any], *, model: str, sampling_params: dict[str, Any]) -> dict[str, Any]:
     """A new dict: the agent's body minus our tag, sampling overrides laid on top, model alias forced."""
     forwarded = dict(body)
     metadata = forwarded.get("metadata")
-    if isinstance(metadata, dict) and CAPABILITY_TAG in metadata:
-        rest = {k: v for k, v in metadata.items() if k != CAPABILITY_TAG}
+    if isinstance(metadata, dict) and ROLLOUT_TAG in metadata:
+        rest = {k: v for k, v in metadata.items() if k != ROLLOUT_TAG}
         if rest:
             forwarded["metadata"] = rest
         else:

@@ -1,14 +1,15 @@
 """The model-call bridge: /ng-rollout/{rollout_id}/v1/{chat/completions,responses,messages} and the
-un-prefixed /v1/... forms (capability in metadata.relax_gym_rollout), forwarded to the trial's session.
+un-prefixed /v1/... forms (rollout id in metadata.relax_gym_rollout), forwarded to the trial's session.
 
 Non-streaming calls answer with the upstream status and JSON. Streaming calls are buffered SSE (Relax
 answers a whole stream at once): Messages start with a ping and ping every 15 s, errors in-band; Chat and
 Responses pass the upstream status through when it answers within 15 s, and otherwise commit to 200
 and send SSE comments as keep-alives until the answer (errors then in-band). What is wrong before a
-stream starts (a capability that is not live, a body that cannot be forwarded) gets its own status.
+stream starts (a rollout id that is not live, a body that cannot be forwarded) gets its own status.
 
-These routes take no API token: the capability is the credential. It is checked before the body is read
-when the path carries it, and before the body is parsed when metadata does (gateway/limits.py caps it).
+These routes take no API token: a live rollout id is the credential (trials/rollouts.py). It is checked
+before the body is read when the path carries it, and before the body is parsed when metadata does
+(gateway/limits.py caps it).
 """
 
 from __future__ import annotations
@@ -29,16 +30,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from relax_gym_core.bridge.allowlist import CallbackPolicy, upstream_url
 from relax_gym_core.bridge.payloads import (
-    CAPABILITY_TAG,
-    capability_from_body,
+    ROLLOUT_TAG,
     repair_responses,
+    rollout_id_from_body,
     upstream_body,
 )
 from relax_gym_core.bridge.upstream import Forwarder, UpstreamReply
 from relax_gym_core.errors import (
-    CapabilityUnavailableError,
     ProtocolError,
     RelaxGymError,
+    RolloutUnavailableError,
     TrialNotFoundError,
     UpstreamError,
 )
@@ -53,9 +54,7 @@ RESOURCES = ("chat/completions", "responses", "messages")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 KEEPALIVE = b": keep-alive\n\n"
-_NO_CAPABILITY = (
-    f"model call carries no trial capability (use {BRIDGE_PREFIX}<id>/v1/... or metadata.{CAPABILITY_TAG})"
-)
+_NO_ROLLOUT = f"model call names no trial (use {BRIDGE_PREFIX}<rollout id>/v1/... or metadata.{ROLLOUT_TAG})"
 
 
 @frozen
@@ -76,8 +75,8 @@ def _sse_error(resource: str, message: str, payload: Any = None) -> bytes:
     return b"data: " + jsonutil.dumps(body) + b"\n\n"
 
 
-# A capability tag as a JSON key: found in raw bytes so a call without a live one is refused unparsed.
-_TAG_RE = re.compile(rb'"' + CAPABILITY_TAG.encode() + rb'"\s*:\s*"([^"\\]{1,256})"')
+# A rollout tag as a JSON key: found in raw bytes so a call without a live one is refused unparsed.
+_TAG_RE = re.compile(rb'"' + ROLLOUT_TAG.encode() + rb'"\s*:\s*"([^"\\]{1,256})"')
 _MODEL_PATHS = {f"v1/{resource}": resource for resource in RESOURCES}
 
 
@@ -161,33 +160,33 @@ class Bridge:
             return error_response(exc)
 
     def _live(self, rollout_id: str, resource: str) -> None:
-        """CapabilityUnavailableError (observed like a refused call) unless the capability is active."""
+        """RolloutUnavailableError (observed like a refused call) unless the rollout id is live."""
         try:
-            self._service.book.capability(rollout_id)
-        except CapabilityUnavailableError as exc:
+            self._service.book.live(rollout_id)
+        except RolloutUnavailableError as exc:
             raise self._unavailable(resource, exc) from None
 
     def _unavailable(
-        self, resource: str, exc: CapabilityUnavailableError | None = None
-    ) -> CapabilityUnavailableError:
-        exc = exc or CapabilityUnavailableError("callback capability is unavailable")
+        self, resource: str, exc: RolloutUnavailableError | None = None
+    ) -> RolloutUnavailableError:
+        exc = exc or RolloutUnavailableError("callback capability is unavailable")
         if self._observers:
             self._observe(None, resource, _Answer(error=exc), 0.0)
         return exc
 
     def _tagged(self, raw_body: bytes, resource: str) -> None:
-        """Refuse an un-prefixed call unless its body names a live capability, without parsing it.
+        """Refuse an un-prefixed call unless its body names a live rollout id, without parsing it.
 
         The pattern cannot match inside a JSON string (quotes there are escaped), so a match is a real
-        key; which one is metadata's is decided after parsing (capability_from_body), and checked again.
+        key; which one is metadata's is decided after parsing (rollout_id_from_body), and checked again.
         """
         found = False
         for match in _TAG_RE.finditer(raw_body):
             found = True
-            if self._service.book.has_capability(match.group(1).decode("ascii", "replace")):
+            if self._service.book.is_live(match.group(1).decode("ascii", "replace")):
                 return
         if not found:
-            raise TrialNotFoundError(_NO_CAPABILITY)
+            raise TrialNotFoundError(_NO_ROLLOUT)
         raise self._unavailable(resource)
 
     async def handle(self, raw_body: bytes, rollout_id: str | None, resource: str) -> Response:
@@ -196,9 +195,9 @@ class Bridge:
         body = jsonutil.loads(raw_body, check_unicode=False)
         if not isinstance(body, dict):
             raise ProtocolError("Callback body must be a JSON object")
-        rollout_id = rollout_id or capability_from_body(body)
+        rollout_id = rollout_id or rollout_id_from_body(body)
         if rollout_id is None:
-            raise TrialNotFoundError(_NO_CAPABILITY)
+            raise TrialNotFoundError(_NO_ROLLOUT)
         if not body.get("stream"):
             answer = await self._call(rollout_id, resource, body)
             return self._plain(resource, body, answer)
@@ -239,9 +238,9 @@ class Bridge:
             answer = (
                 _Answer(reply=reply)
                 if reply is not None
-                else _Answer(error=CapabilityUnavailableError("callback capability is unavailable"))
+                else _Answer(error=RolloutUnavailableError("callback capability is unavailable"))
             )
-        except (CapabilityUnavailableError, UpstreamError) as exc:
+        except (RolloutUnavailableError, UpstreamError) as exc:
             answer = _Answer(error=exc)
         if self._observers:
             self._observe(target, resource, answer, time.monotonic() - started)

@@ -71,7 +71,7 @@ def build_run_body(
 ) -> dict[str, Any] | None:
     """Build the body of the agent's ``POST /run`` from the trial's task (the Relax session input).
 
-    The core adds the trial's model-call capability afterwards; do not. Stops at first non-None result;
+    The core adds the trial's model-call tag afterwards; do not. Stops at first non-None result;
     a built-in implementation follows the reference (messages -> responses_create_params.input, metadata
     fan-out, _ng_task_index/_ng_rollout_index).
     """

@@ -12,7 +12,7 @@ from typing import Any
 
 from relax_gym_core.environments.hookspecs import hookimpl
 from relax_gym_core.errors import EnvironmentFailure, RowError
-from relax_gym_core.protocol import Generation, TrialStatus
+from relax_gym_core.protocol import Generation, TrialStatus, run_indices
 from relax_gym_core.runtimes.base import RunResult
 
 _NOT_A_ROW = "NeMo Gym row must contain responses_create_params (a plugin converts rows of other shapes)"
@@ -79,9 +79,7 @@ def build_run_body(
         params.update(generation.responses_create_params)
         body = {"responses_create_params": params, **task}
         body.update({key: value for key, value in metadata.items() if key not in _FANNED_INTO_PARAMS})
-    task_index, _, rollout_index = rollout_id.rpartition("-")
-    body["_ng_task_index"] = task_index
-    body["_ng_rollout_index"] = rollout_index
+    body.update(run_indices(rollout_id))
     return body
 
 

@@ -28,8 +28,8 @@ from relax_gym_core.gateway.metrics import GatewayMetrics
 from relax_gym_core.gateway.openapi import build_openapi
 from relax_gym_core.observe import Observer, Observers
 from relax_gym_core.protocol import (
-    CAPABILITY_TAG,
     PROTOCOL_VERSION,
+    ROLLOUT_TAG,
     ServiceHealth,
     bridge_url,
     unstructure,
@@ -170,7 +170,6 @@ def create_app(
     clock: Callable[[], float] = time.monotonic,
     store: TrialStore | None = None,
     new_rollout_id: Callable[[], str] | None = None,
-    new_capability: Callable[[], str] | None = None,
     hooks: Hooks | None = None,
     observers: Sequence[Observer] = (),
 ) -> Starlette:
@@ -206,7 +205,6 @@ def create_app(
         retention_s=settings.retention_s,
         max_retained=settings.max_retained,
         new_rollout_id=new_rollout_id,
-        new_capability=new_capability,
         observers=fan_out,
     )
     metrics.watch_admission(admissions, book.env_counts)
@@ -218,9 +216,9 @@ def create_app(
         cleanup_grace_s=settings.cleanup_grace_s,
         scan_interval_s=settings.scan_interval_s,
         validate_endpoint=(lambda endpoint: policy.check(endpoint.base_url)) if policy else (lambda _e: None),
-        model_route=lambda capability: ModelRoute(
-            base_url=bridge_url(public_url, capability) if public_url else None,
-            metadata={CAPABILITY_TAG: capability},
+        model_route=lambda rollout_id: ModelRoute(
+            base_url=bridge_url(public_url, rollout_id) if public_url else None,
+            metadata={ROLLOUT_TAG: rollout_id},
         ),
         recovery=RecoveryPolicy(give_up_s=settings.recovery_give_up_s),
     )

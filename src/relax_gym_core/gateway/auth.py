@@ -1,8 +1,8 @@
 """Optional bearer-token auth on the trial API (`RELAX_GYM_API_TOKEN`).
 
 Only `/v1/trials...` is guarded: health, readiness, OpenAPI and metrics stay open to probes and scrapers, and
-model calls are authorised by their trial capability (agents never hold the API token). The token is compared
-in constant time and never echoed or logged.
+model calls are authorised by their trial's live rollout id (agents never hold the API token). The token is
+compared in constant time and never echoed or logged.
 """
 
 from __future__ import annotations

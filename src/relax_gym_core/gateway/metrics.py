@@ -2,7 +2,7 @@
 gauges read from the trial book when scraped (so nothing is counted twice and no gauge can drift).
 
 Labels are the environment and config of the gateway's own specs, the trial status, cleanup outcome,
-model-call resource and HTTP status code: all bounded. No request id, capability or token is ever a label.
+model-call resource and HTTP status code: all bounded. No request id, rollout id or token is ever a label.
 """
 
 from __future__ import annotations

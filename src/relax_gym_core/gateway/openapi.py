@@ -21,8 +21,8 @@ from relax_gym_core.bridge.routes import RESOURCES
 from relax_gym_core.gateway.config import GatewaySettings
 from relax_gym_core.protocol import (
     BRIDGE_PREFIX,
-    CAPABILITY_TAG,
     PROTOCOL_VERSION,
+    ROLLOUT_TAG,
     CreateTrialRequest,
     ErrorBody,
     ServiceHealth,
@@ -235,13 +235,13 @@ def build_openapi(settings: GatewaySettings) -> dict[str, Any]:
 
 
 def _model_call_paths(error: dict[str, Any], too_large: dict[str, Any], cap: int) -> dict[str, Any]:
-    """The bridge's routes: authorised by the trial's capability, never by the API token."""
+    """The bridge's routes: authorised by the trial's live rollout id, never by the API token."""
     call = {
         "type": "object",
         "description": f"an OpenAI Chat / Responses or Anthropic Messages request body (at most {cap} bytes)",
         "properties": {
             "stream": {"type": "boolean"},
-            "metadata": {"type": "object", "properties": {CAPABILITY_TAG: {"type": "string"}}},
+            "metadata": {"type": "object", "properties": {ROLLOUT_TAG: {"type": "string"}}},
         },
     }
     answers = {
@@ -250,8 +250,8 @@ def _model_call_paths(error: dict[str, Any], too_large: dict[str, Any], cap: int
             "content": {_JSON: {"schema": {}}, "text/event-stream": {"schema": {"type": "string"}}},
         },
         "400": _body(error, "the body is not JSON"),
-        "404": _body(error, "an un-prefixed call carries no capability in metadata." + CAPABILITY_TAG),
-        "410": _body(error, "the capability is unknown or its trial is no longer active"),
+        "404": _body(error, "an un-prefixed call carries no rollout id in metadata." + ROLLOUT_TAG),
+        "410": _body(error, "the rollout id is unknown or its trial is no longer active"),
         "413": too_large,
         "422": _body(error, "the body is not a JSON object, or holds invalid Unicode"),
         "502": _body(error, "the upstream model API failed"),
@@ -272,7 +272,7 @@ def _model_call_paths(error: dict[str, Any], too_large: dict[str, Any], cap: int
         body = {"required": True, "content": {_JSON: {"schema": call}}}
         paths[f"{prefixed}/v1/{resource}"] = {
             "post": {
-                "summary": f"Model call ({resource}) of the trial whose capability is in the path",
+                "summary": f"Model call ({resource}) of the trial whose rollout id is in the path",
                 "parameters": [rollout_id],
                 "requestBody": body,
                 "responses": answers,
@@ -280,7 +280,7 @@ def _model_call_paths(error: dict[str, Any], too_large: dict[str, Any], cap: int
         }
         paths[f"/v1/{resource}"] = {
             "post": {
-                "summary": f"Model call ({resource}) with the capability in metadata.{CAPABILITY_TAG}",
+                "summary": f"Model call ({resource}) with the rollout id in metadata.{ROLLOUT_TAG}",
                 "requestBody": body,
                 "responses": answers,
             }

@@ -1,7 +1,15 @@
 """relax-nemo-gym/v1: wire types, the bridge's wire names, the one converter, strict JSON. Imports no web
 framework."""
 
-from relax_gym_core.protocol.bridge import BRIDGE_PREFIX, CAPABILITY_TAG, bridge_url, capability_of
+from relax_gym_core.protocol.bridge import (
+    BRIDGE_PREFIX,
+    ROLLOUT_INDEX,
+    ROLLOUT_TAG,
+    TASK_INDEX,
+    bridge_url,
+    rollout_id_of,
+    run_indices,
+)
 from relax_gym_core.protocol.converter import (
     converter,
     parse_create_request,
@@ -28,8 +36,10 @@ from relax_gym_core.protocol.types import (
 
 __all__ = [
     "BRIDGE_PREFIX",
-    "CAPABILITY_TAG",
     "PROTOCOL_VERSION",
+    "ROLLOUT_INDEX",
+    "ROLLOUT_TAG",
+    "TASK_INDEX",
     "CleanupState",
     "CreateTrialRequest",
     "EnvironmentRef",
@@ -42,11 +52,12 @@ __all__ = [
     "TrialSnapshot",
     "TrialStatus",
     "bridge_url",
-    "capability_of",
     "converter",
     "parse_create_request",
     "parse_snapshot",
     "request_to_wire",
+    "rollout_id_of",
+    "run_indices",
     "structure",
     "unknown_keys",
     "unstructure",

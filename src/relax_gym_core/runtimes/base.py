@@ -20,7 +20,7 @@ from relax_gym_core.protocol.types import check_artifact_ref, check_reward, json
 class ModelRoute:
     """How a run's model calls reach this trial's bridge; the runtime picks what its agent can carry.
 
-    `base_url` has the trial's capability in its path (for agents given only a URL, such as a CLI);
+    `base_url` has the trial's rollout id in its path (for agents given only a URL, such as a CLI);
     None when the gateway has no bridge. `metadata` tags a request body (for agents that resend
     responses_create_params.metadata on every model call, as NeMo Gym's simple_agent does).
     """

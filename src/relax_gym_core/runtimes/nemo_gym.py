@@ -2,9 +2,11 @@
 
 - Each /run is its own call with no cookies kept (NeMo Gym session cookies must never leak between
   trials) and no timeout: the trial's deadline is the only bound (the service cancels the call).
-- The trial's model-call tag (RunContext.model.metadata) rides in responses_create_params.metadata, which
-  NeMo Gym 0.4.0's simple_agent resends unchanged on every model call; the bridge strips it before going
-  upstream.
+- The trial's rollout id rides in the body twice: as _ng_task_index/_ng_rollout_index (the plugin's run
+  body; NeMo Gym >= 0.5 agents with observability on prefix their model calls with
+  /ng-rollout/<task>-<rollout>), and as the model-call tag (RunContext.model.metadata) in
+  responses_create_params.metadata, which NeMo Gym 0.4.0's simple_agent resends unchanged on every model
+  call (it does not prefix); the bridge strips the tag before going upstream.
 - Abort closes the /run call, then runs the environment's cleanup contract and probes it.
 """
 
@@ -136,7 +138,7 @@ class NemoGymRuntime:
         async with self.session.post(self._run_url, json=body) as response:
             raw = await response.read()
             if response.status >= 400:
-                # The body is not quoted: agents echo requests, and the request carries the capability.
+                # The body is not quoted: agents echo requests, and the request carries the rollout id.
                 raise AgentRunError(f"NeMo Gym agent /run answered HTTP {response.status}")
         try:
             payload = json.loads(raw)

@@ -1,7 +1,7 @@
 """Trials: the state machine (TrialBook), its records and store, and the async TrialService.
 
 book.py holds the transitions; its collaborators hold the rest: admission (per-environment queues, slots,
-400/429 checks), timers (deadline/lease heap), capabilities (rollout id index), idempotency (replay
+400/429 checks), timers (deadline/lease heap), rollouts (ids, and the live ones), idempotency (replay
 fingerprints) and events (observer transitions). Stores: MemoryStore, and the durable LedgerStore
 (ledger.py: rows in ledger_rows.py, known ids in idfilter.py) in a state directory (statedir.py);
 recovery.py proves the cleanup of trials a restart ended.

@@ -6,7 +6,7 @@ back here; the Hypothesis state machine in tests drives this class directly with
 
 The transitions, as phase / status (a call in any other state changes nothing):
 
-    create          (new id)             -> ACTIVE / queued             capability granted, timers armed
+    create          (new id)             -> ACTIVE / queued             rollout id live, timers armed
     start_ready     ACTIVE / queued      -> ACTIVE / running            takes a slot, FIFO per environment
     complete        ACTIVE / running     -> TERMINAL / run's status     cleanup pending, slot still held
     begin_cancel    ACTIVE / queued      -> TERMINAL / cause.target     settled at once: nothing to clean
@@ -17,16 +17,16 @@ The transitions, as phase / status (a call in any other state changes nothing):
     recover         (unsettled in store) -> TERMINAL / aborted, cause service_restart, once at start:
                     queued ones settled at once, the others' cleanup pending (run by rollout id)
 
-Leaving ACTIVE revokes the capability; reaching TERMINAL drops the request (token and task); settling
-frees the slot and starts the retention clock. renew, expire_due and cancel_if_overdue only ever reach
-TERMINAL through begin_cancel.
+Leaving ACTIVE ends the rollout id's life as a bridge key; reaching TERMINAL drops the request (token and
+task); settling frees the slot and starts the retention clock. renew, expire_due and cancel_if_overdue
+only ever reach TERMINAL through begin_cancel.
 
 Every transition tells the store (store.changed) and then the observers; a durable store writes the
 record before the service acknowledges the transition (see trials/store.py). Retention (eviction of
 settled records) belongs to the store, which knows where its records live.
 
 What is not the state machine lives in collaborators: admission (queues, slots, the 400 and 429
-checks), timers (deadline/lease heap), capabilities (capability index), idempotency (replay
+checks), timers (deadline/lease heap), rollouts (ids, and the live ones), idempotency (replay
 fingerprints) and events (observers).
 """
 
@@ -38,7 +38,7 @@ from enum import Enum
 import attrs
 
 from relax_gym_core.errors import (
-    CapabilityUnavailableError,
+    RolloutUnavailableError,
     ServiceClosingError,
     TrialConflictError,
     TrialExpiredError,
@@ -54,10 +54,10 @@ from relax_gym_core.protocol import (
 )
 from relax_gym_core.runtimes.base import CleanupResult, RunResult
 from relax_gym_core.trials.admission import Admissions
-from relax_gym_core.trials.capabilities import CapabilityIndex, random_rollout_id
 from relax_gym_core.trials.events import Clock, transition_emitter
 from relax_gym_core.trials.idempotency import ReplayGuard
 from relax_gym_core.trials.records import Admission, Cause, EnvKey, Phase, Trial
+from relax_gym_core.trials.rollouts import LiveRollouts, random_rollout_id
 from relax_gym_core.trials.store import TrialStore
 from relax_gym_core.trials.timers import Timers, overdue_cause
 
@@ -81,7 +81,6 @@ class TrialBook:
         max_retained: int = 100_000,
         fingerprint_key: bytes | None = None,
         new_rollout_id: Callable[[], str] | None = None,
-        new_capability: Callable[[], str] | None = None,
         retry_after_s: float = 1.0,
         observers: Observers | None = None,
     ) -> None:
@@ -90,7 +89,7 @@ class TrialBook:
         self._admissions = Admissions(environments, retry_after_s=retry_after_s)
         self._timers = Timers()
         self._new_rollout_id = new_rollout_id or random_rollout_id
-        self._capabilities = CapabilityIndex(new_capability)
+        self._live = LiveRollouts()
         # Recorded fingerprints are compared after a restart only if the key outlives the process.
         self._replays = ReplayGuard(fingerprint_key or store.fingerprint_key)
         self._retention_s = retention_s
@@ -152,16 +151,16 @@ class TrialBook:
             cleanup=trial.cleanup,
         )
 
-    def capability(self, capability: str) -> Trial:
-        """The active trial behind a model-call capability, or CapabilityUnavailableError."""
-        request_id = self._capabilities.lookup(capability)
+    def live(self, rollout_id: str) -> Trial:
+        """The active trial a model call's rollout id names, or RolloutUnavailableError."""
+        request_id = self._live.lookup(rollout_id)
         trial = self._store.get(request_id) if request_id is not None else None
         if trial is None or trial.phase is not Phase.ACTIVE:
-            raise CapabilityUnavailableError("callback capability is unavailable")
+            raise RolloutUnavailableError("callback capability is unavailable")
         return trial
 
-    def has_capability(self, capability: str) -> bool:
-        return capability in self._capabilities
+    def is_live(self, rollout_id: str) -> bool:
+        return rollout_id in self._live
 
     # ---- create -------------------------------------------------------------------------------------
 
@@ -185,12 +184,10 @@ class TrialBook:
             raise ServiceClosingError("gateway is shutting down")
         self._admissions.check_room(line)
         now = self._clock()
-        capability = self._capabilities.mint()
         trial = Trial(
             request_id=request.request_id,
             env=line.key,
             rollout_id=self._new_rollout_id(),
-            capability=capability,
             fingerprint=fingerprint,
             request=request,
             created_at=now,
@@ -198,7 +195,7 @@ class TrialBook:
             lease_expires_at=now + request.lease_s,
         )
         self._store.add(trial)
-        self._capabilities.grant(capability, trial.request_id)
+        self._live.grant(trial.rollout_id, trial.request_id)
         line.enqueue(trial.request_id, trial.rollout_id)
         self._timers.arm(trial.deadline_at, trial.request_id)
         self._timers.arm(trial.lease_expires_at, trial.request_id)
@@ -261,7 +258,7 @@ class TrialBook:
             return Cancel.IGNORED
         trial.cause = cause
         trial.detail = detail
-        self._capabilities.revoke(trial.capability)
+        self._live.revoke(trial.rollout_id)
         self._timers.disarm(request_id)
         line = self._admissions[trial.env]
         if trial.status is TrialStatus.QUEUED:
@@ -355,7 +352,7 @@ class TrialBook:
         trial.phase = Phase.TERMINAL
         trial.request = None  # the token and task go with it
         trial.finished_at = self._clock()
-        self._capabilities.revoke(trial.capability)
+        self._live.revoke(trial.rollout_id)
         self._timers.disarm(trial.request_id)
         self.active -= 1
         self._transition(TrialEvent.TERMINAL, trial)

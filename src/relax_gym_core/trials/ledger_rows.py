@@ -4,9 +4,9 @@ Recorded: identity (request id, environment, config, rollout id), the state (pha
 cause), the result (reward, metrics, artifact_ref, error: one JSON column, NULL until there is one), the
 replay fingerprint (a keyed HMAC digest, see idempotency.py), the times, and the run's placement (which
 replica ran it, so a restarted gateway addresses its cleanup there; NULL when the runtime has no
-replicas). Never recorded: the request (the session's api key and token go with it, and the task) and
-the capability. Times are the book's
-monotonic clock in memory and wall-clock seconds on disk (a monotonic clock restarts with the machine);
+replicas). Never recorded: the request (the session's api key and token go with it, and the task).
+The rollout id is a live bridge key only in the memory of the process that issued it. Times are the
+book's monotonic clock in memory and wall-clock seconds on disk (a monotonic clock restarts with the machine);
 `offset` converts between the two. Plain columns keep a row cheap to write: most writes carry no result.
 """
 
@@ -123,7 +123,7 @@ def encode(trial: Trial, offset: float) -> Row:
 
 
 def decode(row: Row, offset: float) -> Trial:
-    """A trial read back (monotonic times: wall - offset). It has no request and no capability."""
+    """A trial read back (monotonic times: wall - offset). It has no request (its rollout id is not live)."""
     (
         request_id,
         environment,
@@ -149,7 +149,6 @@ def decode(row: Row, offset: float) -> Trial:
         request_id=request_id,
         env=(environment, config),
         rollout_id=rollout_id,
-        capability=None,
         fingerprint=bytes(fingerprint),
         request=None,
         created_at=created_at - offset,

@@ -16,7 +16,7 @@ type EnvKey = tuple[str, str]  # (environment name, config name)
 class Phase(Enum):
     """Internal lifecycle layer under the public status."""
 
-    ACTIVE = "active"  # queued or running, capability live
+    ACTIVE = "active"  # queued or running, rollout id live
     CANCELLING = "cancelling"  # cancellation begun, cleanup ladder running
     TERMINAL = "terminal"  # status final (cleanup may still be pending after a normal finish)
 
@@ -54,15 +54,13 @@ class Admission:
 class Trial:
     """One trial. Mutated only by TrialBook; the request (and its token) is dropped once terminal.
 
-    `rollout_id` names the run to its environment (its /run body, its cleanup URLs) and is recorded in the
-    ledger, so cleanup can run by it after a restart. `capability` is the bearer its model calls carry:
-    random, held in memory only, never written anywhere (None for a record read back from the ledger).
+    `rollout_id` names the run to its environment (its /run body, its model calls, its cleanup URLs) and
+    is recorded in the ledger, so cleanup can run by it after a restart (trials/rollouts.py).
     """
 
     request_id: str
     env: EnvKey
     rollout_id: str
-    capability: str | None = None
     fingerprint: bytes
     request: CreateTrialRequest | None
     created_at: float

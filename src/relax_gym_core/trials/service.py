@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 from attrs import frozen
 
-from relax_gym_core.errors import CapabilityUnavailableError, StoreUnavailableError
+from relax_gym_core.errors import RolloutUnavailableError, StoreUnavailableError
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
 from relax_gym_core.runtimes.base import (
     CLEANUP_CONFIRMED,
@@ -192,11 +192,11 @@ class TrialService:
     @contextlib.asynccontextmanager
     async def callback(self, rollout_id: str) -> AsyncIterator[tuple[CallbackTarget, anyio.CancelScope]]:
         """Enter one model call of a trial. The yielded scope is cancelled if the trial is cancelled."""
-        trial = self.book.capability(rollout_id)
+        trial = self.book.live(rollout_id)
         outcome = self.book.cancel_if_overdue(trial)
         if outcome is not None:
             self._after_cancel(trial, outcome)
-            raise CapabilityUnavailableError("callback capability is unavailable")
+            raise RolloutUnavailableError("callback capability is unavailable")
         request = trial.request
         assert request is not None  # active trials keep their request
         target = CallbackTarget(
@@ -260,7 +260,7 @@ class TrialService:
         request_id = trial.request_id
         request = trial.request
         try:
-            assert request is not None and trial.capability is not None
+            assert request is not None
             # Write-ahead: the ledger knows the trial is running before its environment does, so a
             # restart never leaves a started run it believes was only queued.
             await self._durable(request_id)
@@ -270,7 +270,7 @@ class TrialService:
                 rollout_id=trial.rollout_id,
                 environment=trial.env[0],
                 config=trial.env[1],
-                model=self._model_route(trial.capability),
+                model=self._model_route(trial.rollout_id),
             )
             # Shielded: a cancel during start must not lose the handle; the cleanup ladder awaits it.
             start = asyncio.ensure_future(runtime.start(context))

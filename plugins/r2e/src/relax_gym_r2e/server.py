@@ -67,7 +67,7 @@ CLEANUP_PATH = "/cleanup/{rollout_id}"
 SANDBOXES_PATH = "/relax_gym/sandboxes"
 # Copies of relax_gym_core.protocol's wire names: this module runs in the NeMo Gym environment, where
 # relax_gym_core.protocol does not import (no cattrs there). tests/protocol/test_bridge_names.py pins them.
-CAPABILITY_TAG = "relax_gym_rollout"  # where the gateway puts the rollout id in the params' metadata
+ROLLOUT_TAG = "relax_gym_rollout"  # where the gateway puts the rollout id in the params' metadata
 SHAPING_REWARD = 0.1  # a patch that exists but does not resolve (Relax's R2E shaping)
 TOOLS = ("bash", "view", "str_replace")
 
@@ -157,7 +157,7 @@ def rollout_id_of(extra: dict[str, Any] | None, params: Any = None) -> str | Non
     if params is None:
         params = extra.get("responses_create_params")
     metadata = params.get("metadata") if isinstance(params, dict) else getattr(params, "metadata", None)
-    tag = metadata.get(CAPABILITY_TAG) if isinstance(metadata, dict) else None
+    tag = metadata.get(ROLLOUT_TAG) if isinstance(metadata, dict) else None
     return tag if isinstance(tag, str) and tag else None
 
 

@@ -6,8 +6,12 @@ instruction, stream-json parsing, /verify and the settings layering stay upstrea
 - the CLI is the project-local Claude Code 2.1.237 (claude.py), never installed at start or trial time;
 - each trial gets its own directories (trials.py: config, workspace = cwd and HOME, tmp), a fresh
   process group, and the rollout marker in its environment; the CLI's environment is built from nothing
-  (no proxy, no host secret); its model calls go to this trial's bridge, ``<gateway>/ng-rollout/<capability>``
-  (the CLI appends /v1/messages; the capability rides in the path because the CLI cannot tag a body);
+  (no proxy, no host secret); its model calls go to this trial's bridge,
+  ``<gateway>/ng-rollout/<_ng_task_index>-<_ng_rollout_index>`` (the CLI appends /v1/messages; the rollout
+  id rides in the path because the CLI cannot tag a body), as NeMo Gym >= 0.5's claude_code_agent sets
+  ANTHROPIC_BASE_URL with observability on (here whatever the NeMo Gym version and its observability);
+- the methods it overrides take what both NeMo Gym 0.4.0 and >= 0.5 pass them (>= 0.5 adds a
+  ``rollout_id`` argument to ``_run_claude_code``, accepted and checked against the run's own);
 - Bash runs in a bubblewrap sandbox (sandbox.py); without one the agent refuses to start, unless
   RELAX_GYM_CC_UNSANDBOXED=1, and then GET / says "unsandboxed";
 - the process group is killed on the agent's timeout, on abort and when the run ends, the directories
@@ -54,8 +58,8 @@ LOG = logging.getLogger("relax_gym.reasoning_gym_cc")
 
 # Copies of relax_gym_core.protocol's wire names: this module runs in the NeMo Gym environment, where
 # relax_gym_core.protocol does not import (no cattrs there). tests/protocol/test_bridge_names.py pins them.
-CAPABILITY_TAG = "relax_gym_rollout"  # where the gateway puts the trial's capability in the params' metadata
-BRIDGE_PREFIX = "/ng-rollout/"  # the gateway's per-trial model-call prefix
+BRIDGE_PREFIX = "/ng-rollout/"  # the per-trial model-call prefix, then the rollout id
+ROLLOUT_TAG = "relax_gym_rollout"  # where the gateway puts the rollout id in the params' metadata
 CLEANUP_PATH = "/cleanup/{rollout_id}"
 TRIALS_PATH = "/relax_gym/trials"
 _CLEANED_KEPT = 65536  # rollout ids remembered as cleaned (a later /run for one is refused)
@@ -63,10 +67,11 @@ _CLEANED_KEPT = 65536  # rollout ids remembered as cleaned (a later /run for one
 
 @dataclass
 class _Run:
-    """What run() knows about the trial, for the CLI start below it (a context variable carries it)."""
+    """What run() knows about the trial, for the CLI start below it (a context variable carries it):
+    its rollout id, and whether the gateway issued it (then the CLI's model calls go to its bridge)."""
 
     rollout_id: str
-    capability: str | None
+    bridged: bool
 
 
 @dataclass
@@ -82,29 +87,31 @@ class _Live:
 _RUN: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("relax_gym_cc_run", default=None)
 
 
-def _redacted(text: str, run: _Run | None) -> str:
-    """The CLI's words with the trial's capability (a credential: it is in the base URL) taken out."""
-    return text.replace(run.capability, "<capability>") if run is not None and run.capability else text
-
-
 def _index(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, str | int):
         return None
     return str(value) if str(value) else None
 
 
+def _tag(body: ClaudeCodeAgentRunRequest) -> str | None:
+    params = body.responses_create_params
+    metadata = params.get("metadata") if isinstance(params, dict) else getattr(params, "metadata", None)
+    tag = metadata.get(ROLLOUT_TAG) if isinstance(metadata, dict) else None
+    return tag if isinstance(tag, str) and tag else None
+
+
 def run_identity(body: ClaudeCodeAgentRunRequest) -> _Run:
-    """The rollout id (the gateway's, from _ng_task_index/_ng_rollout_index; else a fresh one for a plain
-    NeMo Gym rollout) and the trial's bridge capability, if any."""
+    """The rollout id, joined from _ng_task_index/_ng_rollout_index as NeMo Gym joins them (else the
+    gateway's tag, else a fresh one for a plain NeMo Gym rollout). A run the gateway tagged is a trial:
+    its model calls go to the trial's bridge; any other goes to the model server unprefixed."""
     extra = body.model_extra or {}
     task, rollout = _index(extra.get("_ng_task_index")), _index(extra.get("_ng_rollout_index"))
-    metadata = getattr(body.responses_create_params, "metadata", None)
-    if metadata is None and isinstance(body.responses_create_params, dict):
-        metadata = body.responses_create_params.get("metadata")
-    tag = metadata.get(CAPABILITY_TAG) if isinstance(metadata, dict) else None
-    capability = tag if isinstance(tag, str) and tag else None
-    rollout_id = f"{task}-{rollout}" if task is not None and rollout is not None else f"local-{uuid4().hex}"
-    return _Run(rollout_id, capability)
+    tag = _tag(body)
+    if task is not None and rollout is not None:
+        return _Run(f"{task}-{rollout}", bridged=tag is not None)
+    if tag is not None:
+        return _Run(tag, bridged=True)
+    return _Run(f"local-{uuid4().hex}", bridged=False)
 
 
 class SandboxedClaudeCodeAgentConfig(ClaudeCodeAgentConfig):  # type: ignore[misc]
@@ -206,11 +213,11 @@ class SandboxedClaudeCodeAgent(ClaudeCodeAgent):  # type: ignore[misc]
         return {**settings, **ours, "env": {**settings.get("env", {}), **ours["env"]}}
 
     def _bridge_url(self, run: _Run | None) -> str:
-        """This trial's bridge: the policy model server (our gateway) + the capability prefix."""
+        """This trial's bridge: the policy model server (our gateway) + the rollout prefix."""
         base = str(self._resolve_base_url() or "").rstrip("/")
-        if run is None or run.capability is None or not base:
+        if run is None or not run.bridged or not base:
             return base
-        return f"{base}{BRIDGE_PREFIX}{run.capability}"
+        return f"{base}{BRIDGE_PREFIX}{run.rollout_id}"
 
     def _environment(
         self, dirs: trials.TrialDirs, rollout_id: str, base_url: str, model: str
@@ -252,10 +259,18 @@ class SandboxedClaudeCodeAgent(ClaudeCodeAgent):  # type: ignore[misc]
         system_prompt: str | None = None,
         mcp_config: str | None = None,
         skills_path: str | None = None,
+        rollout_id: str | None = None,
     ) -> tuple[str, str]:
         """Run the CLI for this trial; (its stream-json stdout, the model name). Nothing of it outlives
-        the call: its group is killed and its directories removed, both checked."""
+        the call: its group is killed and its directories removed, both checked.
+
+        `rollout_id` is what NeMo Gym >= 0.5 passes (its capture id; None with observability off, and
+        never passed by 0.4.0): when given it is the id run() joined from the same body fields."""
         run = _RUN.get()
+        if rollout_id is not None and run is not None and rollout_id != run.rollout_id:
+            LOG.warning(
+                "NeMo Gym names rollout %s, the run body %s: using the body's", rollout_id, run.rollout_id
+            )
         rollout_id = run.rollout_id if run is not None else f"local-{uuid4().hex}"
         model = self.config.model
         if rollout_id in self._cleaned:
@@ -303,9 +318,7 @@ class SandboxedClaudeCodeAgent(ClaudeCodeAgent):  # type: ignore[misc]
                     "claude-code exited %d (rollout %s): %s",
                     process.returncode,
                     rollout_id,
-                    _redacted(
-                        stderr.decode(errors="replace")[-500:] or stdout.decode(errors="replace")[-500:], run
-                    ),
+                    stderr.decode(errors="replace")[-500:] or stdout.decode(errors="replace")[-500:],
                 )
             return stdout.decode(errors="replace"), model
         finally:

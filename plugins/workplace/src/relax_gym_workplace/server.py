@@ -5,9 +5,9 @@ Upstream's ``WorkbenchResourcesServer`` (nemo-gym 0.4.0) keeps every seeded sess
 class (nothing vendored, nothing patched) adds:
 
 - ``POST /seed_session`` also accepts the ``/run`` row's extra fields and records which rollout the
-  session belongs to (rollout id = ``f"{_ng_task_index}-{_ng_rollout_index}"``, else the trial
-  capability ``responses_create_params.metadata.relax_gym_rollout``). A seed for a rollout that was
-  already cleaned up is refused (HTTP 409): an abort that overtakes the seed cannot leak a session.
+  session belongs to (rollout id = ``f"{_ng_task_index}-{_ng_rollout_index}"``, else the trial's tag
+  ``responses_create_params.metadata.relax_gym_rollout``, which holds the same id). A seed for a rollout
+  that was already cleaned up is refused (HTTP 409): an abort that overtakes the seed cannot leak a session.
 - ``POST /verify`` scores with upstream's verify, then always (finally) drops the session's tool
   databases and mappings: the trial is over (upstream's verify replays the calls on fresh databases and
   never reads the session's own).
@@ -38,7 +38,7 @@ CLEANUP_PATH = "/cleanup/{rollout_id}"
 SESSIONS_PATH = "/relax_gym/sessions"
 # Copies of relax_gym_core.protocol's wire names: this module runs in the NeMo Gym environment, where
 # relax_gym_core.protocol does not import (no cattrs there). tests/protocol/test_bridge_names.py pins them.
-CAPABILITY_TAG = "relax_gym_rollout"  # where the gateway puts the rollout id in the params' metadata
+ROLLOUT_TAG = "relax_gym_rollout"  # where the gateway puts the rollout id in the params' metadata
 
 
 class CleanupWorkbenchResourcesServerConfig(WorkbenchResourcesServerConfig):  # type: ignore[misc]
@@ -69,7 +69,7 @@ def rollout_id_of(extra: dict[str, Any] | None, params: Any = None) -> str | Non
     if params is None:
         params = extra.get("responses_create_params")
     metadata = params.get("metadata") if isinstance(params, dict) else getattr(params, "metadata", None)
-    tag = metadata.get(CAPABILITY_TAG) if isinstance(metadata, dict) else None
+    tag = metadata.get(ROLLOUT_TAG) if isinstance(metadata, dict) else None
     return tag if isinstance(tag, str) and tag else None
 
 
