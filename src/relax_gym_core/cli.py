@@ -171,7 +171,8 @@ def _add_gateway_options(parser: argparse.ArgumentParser) -> None:
         "--state-dir",
         metavar="DIR",
         help="where the trial ledger lives (default: $RELAX_GYM_STATE_DIR, else "
-        "$XDG_DATA_HOME/relax-gym or ~/.local/share/relax-gym); ':memory:' keeps trials in memory only",
+        "$XDG_DATA_HOME/relax-gym/<environments> or ~/.local/share/relax-gym/<environments>: one per set "
+        "of environments served); ':memory:' keeps trials in memory only",
     )
 
 

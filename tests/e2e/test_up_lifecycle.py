@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from relax_gym_core.testing.web import GatewayProcess
+from relax_gym_core.testing.web import GatewayProcess, start_up
 
 pytest.importorskip("relax_gym_workplace")
 
@@ -66,3 +66,40 @@ def test_unknown_environment_is_a_clear_error() -> None:
     assert "no installed plugin provides environment 'no_such_env'" in result.stderr
     assert "workplace_assistant" in result.stderr  # says what is installed
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow  # an `up` of its own
+def test_default_state_directories_let_one_gateway_per_recipe_run_side_by_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RELAX_GYM_STATE_DIR", raising=False)  # the suite's own default (tests/conftest.py)
+    env = {"XDG_DATA_HOME": str(tmp_path)}
+    root = tmp_path / "relax-gym"
+    # A workplace_assistant gateway with the default directory, and a calendar one beside it: no flag.
+    with (
+        start_up(["workplace_assistant"], env=env, state_dir=None),
+        start_up(["calendar"], env=env, state_dir=None),
+    ):
+        assert sorted(path.name for path in root.iterdir()) == ["calendar", "workplace_assistant"]
+        again = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "relax_gym_core.cli",
+                "up",
+                "calendar",
+                "--port",
+                "0",
+                "--callback-network",
+                "127.0.0.1/32",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=SAFETY_S,
+            env={**os.environ, **env},
+            check=False,
+        )
+    # The same recipe twice is a real clash: refused in one line before any server starts.
+    assert again.returncode == 2
+    assert f"state directory {root / 'calendar'} is in use by another relax-gym gateway" in again.stderr
+    assert "starting NeMo Gym servers" not in again.stderr and "Traceback" not in again.stderr

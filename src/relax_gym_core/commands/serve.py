@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from relax_gym_core.bridge import CallbackPolicy
 from relax_gym_core.environments import Hooks, make_plugin_manager
@@ -26,10 +26,11 @@ def listen(host: str, port: int) -> socket.socket:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
-def open_state(state_dir: str | None) -> tuple[str, TrialStore]:
-    """The state directory (--state-dir, $RELAX_GYM_STATE_DIR, else the user's data directory) and its
-    store, locked: a directory another gateway holds is refused here, before anything starts."""
-    where = resolve_state_dir(state_dir)
+def open_state(state_dir: str | None, environments: Iterable[str]) -> tuple[str, TrialStore]:
+    """The state directory (--state-dir, $RELAX_GYM_STATE_DIR, else the user's data directory for this
+    set of environments) and its store, locked: a directory another gateway holds is refused here,
+    before anything starts."""
+    where = resolve_state_dir(state_dir, environments)
     return where, open_store(where, clock=time.monotonic)  # the clock create_app's book keeps
 
 
@@ -70,7 +71,7 @@ def serve(
     hooks = make_plugin_manager()  # the installed plugins, exactly as `relax-gym up` loads them
     sock = listen(host, port)
     try:
-        state = open_state(state_dir)
+        state = open_state(state_dir, [spec.environment for spec in specs])
         try:
             serve_gateway(sock, specs, hooks, policy, state=state, log_level=log_level)
         finally:

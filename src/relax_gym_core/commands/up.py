@@ -211,7 +211,7 @@ def up(
     policy = CallbackPolicy.from_env(hosts=callback_hosts, networks=callback_networks)
     timeout_s = startup_timeout()
     sock = listen(host, port)
-    state = open_state(state_dir)  # a state directory in use stops us before any server starts
+    state = open_state(state_dir, environments)  # a state directory in use stops us before any server
     gateway_host = "127.0.0.1" if host == "0.0.0.0" else host  # noqa: S104 - comparing, not binding
     servers = tuple(servers_of(definitions))
     numbers = itertools.count()

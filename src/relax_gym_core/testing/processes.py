@@ -51,20 +51,22 @@ def start_gateway(
     host: str = "127.0.0.1",
     startup_timeout_s: float = 60.0,
     extra_args: tuple[str, ...] = (),
-    state_dir: str | os.PathLike[str] = MEMORY,
+    state_dir: str | os.PathLike[str] | None = MEMORY,
     port: int = 0,
 ) -> Iterator[GatewayProcess]:
     """Run `relax-gym serve --port 0` with these specs until the block exits (then SIGTERM, KILL).
 
     Trials stay in memory unless `state_dir` names a directory (tests of durability): no test shares a
-    ledger, or the user's own, by accident.
+    ledger, or the user's own, by accident. None gives no --state-dir (the command's default: set
+    XDG_DATA_HOME in `env` to keep it away from the user's).
     """
     with tempfile.TemporaryDirectory(prefix="relax-gym-gw-") as tmp:
         spec_file = Path(tmp) / "environments.json"
         spec_file.write_text(json.dumps(environments))
         args = (
             *("serve", "--host", host, "--port", str(port), "--environments", str(spec_file)),
-            *("--state-dir", os.fspath(state_dir), *extra_args),
+            *_state_dir_args(state_dir),
+            *extra_args,
         )
         with _run_cli(args, env=env, startup_timeout_s=startup_timeout_s) as gateway:
             yield gateway
@@ -77,12 +79,16 @@ def start_up(
     env: Mapping[str, str] | None = None,
     startup_timeout_s: float = 900.0,  # $RELAX_GYM_SERVER_STARTUP_TIMEOUT_S bounds the servers first
     extra_args: tuple[str, ...] = (),
-    state_dir: str | os.PathLike[str] = MEMORY,
+    state_dir: str | os.PathLike[str] | None = MEMORY,
 ) -> Iterator[GatewayProcess]:
     """Run `relax-gym up ENV... --port 0` (real NeMo Gym servers + gateway) until the block exits."""
-    args = ("up", *environments, "--port", "0", "--state-dir", os.fspath(state_dir), *extra_args)
+    args = ("up", *environments, "--port", "0", *_state_dir_args(state_dir), *extra_args)
     with _run_cli(args, env=env, startup_timeout_s=startup_timeout_s) as gateway:
         yield gateway
+
+
+def _state_dir_args(state_dir: str | os.PathLike[str] | None) -> tuple[str, ...]:
+    return () if state_dir is None else ("--state-dir", os.fspath(state_dir))
 
 
 @contextlib.contextmanager

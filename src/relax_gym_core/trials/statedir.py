@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
+import re
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -34,17 +36,37 @@ LEDGER_FILE: Final = "ledger.sqlite3"
 KEY_FILE: Final = "fingerprint.key"
 LOCK_FILE: Final = "lock"
 KEY_BYTES: Final = 32
+_NAME_MAX: Final = 96  # well under any file system's name limit
 
 
-def default_state_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """$XDG_DATA_HOME/relax-gym, else ~/.local/share/relax-gym."""
+def state_dir_name(environments: Iterable[str]) -> str:
+    """The default directory's name for a gateway serving `environments`: their names, sorted, joined by
+    "+" (``gsm8k``, ``math_with_judge+workplace_assistant``); long sets keep a prefix and a digest."""
+    names = sorted({re.sub(r"[^A-Za-z0-9_-]", "_", name) for name in environments if name})
+    joined = "+".join(names) or "default"
+    if len(joined) <= _NAME_MAX:
+        return joined
+    digest = hashlib.sha256(joined.encode()).hexdigest()[:12]
+    return f"{joined[: _NAME_MAX - 13]}-{digest}"
+
+
+def default_state_dir(environments: Iterable[str] = (), environ: Mapping[str, str] = os.environ) -> Path:
+    """$XDG_DATA_HOME/relax-gym/<environments>, else ~/.local/share/relax-gym/<environments>.
+
+    One directory per set of environments served: a gateway per recipe runs beside another with no flag
+    (as the reference runs one container per recipe), and a gateway restarted for the same recipe finds
+    its ledger, so it can end and clean up what the last one left running. Two gateways for the same set
+    need a directory each (the lock says so).
+    """
     base = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "relax-gym"
+    return Path(base) / "relax-gym" / state_dir_name(environments)
 
 
-def resolve_state_dir(flag: str | None, environ: Mapping[str, str] = os.environ) -> str:
-    """--state-dir, else $RELAX_GYM_STATE_DIR, else the user's data directory."""
-    return flag or environ.get(STATE_DIR_VAR) or str(default_state_dir(environ))
+def resolve_state_dir(
+    flag: str | None, environments: Iterable[str] = (), environ: Mapping[str, str] = os.environ
+) -> str:
+    """--state-dir, else $RELAX_GYM_STATE_DIR, else the user's data directory for these environments."""
+    return flag or environ.get(STATE_DIR_VAR) or str(default_state_dir(environments, environ))
 
 
 class StateLock:
@@ -60,7 +82,8 @@ class StateLock:
             os.close(fd)
             raise ConfigError(
                 f"state directory {directory} is in use by another relax-gym gateway (pid {holder}); "
-                "give each gateway its own --state-dir (or $RELAX_GYM_STATE_DIR)"
+                "give each gateway its own --state-dir (or $RELAX_GYM_STATE_DIR): by default a gateway "
+                "takes one per set of environments served"
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
