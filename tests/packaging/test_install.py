@@ -54,9 +54,12 @@ class Venv:
         self.env.pop("UV_PROJECT_ENVIRONMENT", None)
 
     def install(self, *args: str) -> None:
-        # Offline, exact pins, no resolution: everything comes from uv's cache (filled by `make env`).
+        # Exact pins, no resolution. Not --offline: a cache filled by `uv sync` (make env) has the wheels
+        # but not the registry's index pages, so an empty cache before `make` left "cattrs was not found in
+        # the cache" here. The registry is reachable wherever `make` could install; the wheels still come
+        # from the cache.
         subprocess.run(
-            [uv(), "pip", "install", "--quiet", "--offline", "--no-deps", "--python", self.python, *args],
+            [uv(), "pip", "install", "--quiet", "--no-deps", "--python", self.python, *args],
             check=True,
             env=self.env,
             timeout=600,
