@@ -6,14 +6,18 @@ reaches the disk or the logs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
+import select
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -231,7 +235,8 @@ def test_thin_client_polling_through_a_restart_reports_it_and_exports_nothing(
 
 def test_every_acknowledged_create_survives_a_sigkill_that_follows_it(tmp_path: Path) -> None:
     """The 202 of a create waits for the batch holding it: kill the gateway the moment the last 202
-    arrives, and every acknowledged trial is still there after the restart."""
+    arrives, and every acknowledged trial is still there after the restart. (Writes land at once here,
+    so a 202 sent before its write would usually survive too: the next test holds the write back.)"""
     state_dir = tmp_path / "state"
     ids = [f"acked-{i}" for i in range(64)]
 
@@ -256,3 +261,97 @@ def test_every_acknowledged_create_survives_a_sigkill_that_follows_it(tmp_path: 
     ):
         found = [http.get(f"/v1/trials/{rid}").status_code for rid in ids]
     assert found == [200] * len(ids)
+
+
+@contextlib.contextmanager
+def write_lock(ledger: Path) -> Iterator[Callable[[], None]]:
+    """Another SQLite connection holding the ledger's write lock (as a stalled disk holds a batch): no
+    batch of the gateway can land until the returned release() is called (or the block ends)."""
+    connection = sqlite3.connect(ledger, isolation_level=None, timeout=SAFETY_S)
+    connection.execute("BEGIN IMMEDIATE")
+
+    def release() -> None:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+
+    try:
+        yield release
+    finally:
+        release()
+        connection.close()
+
+
+def send_create(url: str, payload: dict[str, Any]) -> socket.socket:
+    """One whole create request on a connection of its own; the answer is left to read."""
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    assert host is not None and port is not None
+    data = json.dumps(payload).encode()
+    head = (
+        f"POST /v1/trials HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    )
+    sock = socket.create_connection((host, port), timeout=SAFETY_S)
+    sock.sendall(head.encode() + data)
+    return sock
+
+
+def answered(sockets: list[socket.socket], timeout_s: float) -> list[socket.socket]:
+    """The connections that have received anything (an answer's first bytes) within `timeout_s`."""
+    readable, _, _ = select.select(sockets, [], [], timeout_s)
+    return readable
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Whatever arrived before the connection closed (the gateway is dead by then: EOF or reset)."""
+    data = b""
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(65536):
+            data += chunk
+    sock.close()
+    return data
+
+
+def test_no_create_is_acknowledged_ahead_of_its_write_across_a_sigkill(tmp_path: Path) -> None:
+    """The creates arrive while another connection holds the ledger's write lock, so none of their
+    writes can land. Once the gateway holds every one of them (its health counts them), an answer already
+    on its way would be an acknowledgement ahead of the write: the gateway is killed then, with the
+    writes still held back. Otherwise the lock goes, and the gateway is killed the moment the first
+    answer arrives. Either way, every create answered 202 must be in the restarted gateway."""
+    state_dir = tmp_path / "state"
+    ids = [f"held-back-{i}" for i in range(16)]
+    with start_gateway(SPECS, state_dir=state_dir) as first:
+        port = urlsplit(first.url).port
+        assert port is not None
+        sockets: list[socket.socket] = []
+        try:
+            with write_lock(state_dir / "ledger.sqlite3") as release:
+                for rid in ids:
+                    payload = body(rid, "sk-x", config="wide", echo={"sleep_s": 3600})
+                    sockets.append(send_create(first.url, payload))
+                with httpx.Client(base_url=first.url, trust_env=False, timeout=SAFETY_S) as http:
+                    stop = time.monotonic() + SAFETY_S
+                    while http.get("/healthz").json()["trials"] < len(ids):
+                        assert time.monotonic() < stop, "the gateway never received every create"
+                        time.sleep(0.01)
+                # Every answer the gateway wrote before its health answer is on this machine by now.
+                early = answered(sockets, 0)
+                if early:
+                    kill(first)  # the writes are still held back: whatever was acknowledged is lost
+                else:
+                    release()
+                    assert answered(sockets, SAFETY_S), "no create was answered once the ledger was free"
+                    kill(first)
+            answers = {rid: read_all(sock) for rid, sock in zip(ids, sockets, strict=True)}
+        finally:
+            for sock in sockets:
+                sock.close()
+    acknowledged = [rid for rid, answer in answers.items() if answer.startswith(b"HTTP/1.1 202")]
+    assert acknowledged, "no create was acknowledged at all"
+    with (
+        start_gateway(SPECS, state_dir=state_dir, port=port) as second,
+        httpx.Client(base_url=second.url, trust_env=False, timeout=SAFETY_S) as http,
+    ):
+        found = {rid: http.get(f"/v1/trials/{rid}").status_code for rid in acknowledged}
+    lost = sorted(rid for rid, status in found.items() if status != 200)
+    assert lost == [], f"{len(lost)} of {len(acknowledged)} acknowledged creates were lost: {lost}"
+    assert early == [], "a create was answered while its write could not land"

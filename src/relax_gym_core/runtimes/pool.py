@@ -102,14 +102,21 @@ class _Replica:
 
 
 class PooledRun:
-    """One run on one replica; fails with ReplicaLostError if that replica dies while it runs."""
+    """One run on one replica; fails with ReplicaLostError if that replica dies while it runs.
 
-    def __init__(self, pool: ReplicaPool, replica: _Replica, inner: RunHandle, rollout_id: str) -> None:
+    A run placed by this pool counts in its replica's runs in flight until its wait ends or it is
+    aborted, whichever comes first (a trial aborted while its run was starting is never waited for); a
+    handle made for the cleanup of a run placed elsewhere (`counted=False`) never counted.
+    """
+
+    def __init__(
+        self, pool: ReplicaPool, replica: _Replica, inner: RunHandle, rollout_id: str, *, counted: bool = True
+    ) -> None:
         self._pool = pool
         self._replica = replica
         self._inner = inner
         self._rollout_id = rollout_id
-        self._released = False
+        self._released = not counted
 
     @property
     def placement(self) -> str:
@@ -152,8 +159,8 @@ class PooledRun:
         return result
 
     async def abort(self) -> CleanupResult:
+        self._release()  # also when the abort came while the run was starting: nobody waits for it then
         if self._replica.lost:
-            self._release()
             return CLEANUP_UNVERIFIED
         return await self._cleanup(self._inner.abort)
 
@@ -284,10 +291,11 @@ class ReplicaPool:
             ran = next((r for r in self._replicas if r.placement == placement and key in r.runtimes), None)
             if ran is None:
                 return _GoneReplica()
-            return PooledRun(self, ran, ran.runtimes[key].handle_for(rollout_id), rollout_id)
+            return PooledRun(self, ran, ran.runtimes[key].handle_for(rollout_id), rollout_id, counted=False)
         replica = self._placements.get(rollout_id)
         if replica is not None and key in replica.runtimes:
-            return PooledRun(self, replica, replica.runtimes[key].handle_for(rollout_id), rollout_id)
+            inner = replica.runtimes[key].handle_for(rollout_id)
+            return PooledRun(self, replica, inner, rollout_id, counted=False)
         live = [
             r.runtimes[key].handle_for(rollout_id) for r in self._replicas if not r.lost and key in r.runtimes
         ]
