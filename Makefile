@@ -41,9 +41,35 @@ $(GYM_VENV)/.synced: $(UV) nemo-gym/requirements.txt pyproject.toml $(wildcard p
 	test -x $(GYM_VENV)/bin/python || $(UV) venv --quiet --python "$(PYTHON312)" $(GYM_VENV)
 	$(UV) pip sync --quiet --python $(GYM_VENV)/bin/python --no-sources nemo-gym/requirements.txt \
 		<(printf -- '-e %s\n' $(abspath . $(PLUGINS)))
+	@rm -f $(GYM_VENV)/.source
 	@touch $@
 
-gym: $(GYM_VENV)/.synced $(CLAUDE_CODE)
+# NEMO_GYM_SOURCE=DIR make gym: NeMo Gym from a source tree instead (a checkout of NVIDIA-NeMo/Gym, e.g. the
+# Relax image's /opt/nemo-gym at the commit Relax pins), installed editable in compat mode so its servers'
+# data and configs are read in place (a wheel built without git would lose them). Its own dependencies
+# resolve from the index (no lock: the tree says what it needs), beside the plugins' NeMo Gym-side pins.
+# Always re-run (a tree changes without make knowing); back to the PyPI lock with plain `make gym`.
+NEMO_GYM_SOURCE ?=
+ifeq ($(strip $(NEMO_GYM_SOURCE)),)
+GYM_STAMP := $(GYM_VENV)/.synced
+else
+GYM_STAMP := $(GYM_VENV)/.source
+.PHONY: $(GYM_STAMP)
+endif
+
+$(GYM_VENV)/.source: $(UV)
+	@test -f "$(NEMO_GYM_SOURCE)/pyproject.toml" && test -d "$(NEMO_GYM_SOURCE)/nemo_gym" || \
+		{ echo "NEMO_GYM_SOURCE=$(NEMO_GYM_SOURCE) is not a NeMo Gym source tree (no pyproject.toml and nemo_gym/)" >&2; exit 2; }
+	test -x $(GYM_VENV)/bin/python || $(UV) venv --quiet --python "$(PYTHON312)" $(GYM_VENV)
+	mkdir -p "$(NEMO_GYM_SOURCE)/cache"  # its pyproject writes its egg-info there (egg_base = "cache")
+	$(UV) pip install --quiet --python $(GYM_VENV)/bin/python --config-settings editable_mode=compat \
+		-e "$(abspath $(NEMO_GYM_SOURCE))" $(foreach f,$(GYM_EXTRAS),-r $(f))
+	$(UV) pip install --quiet --python $(GYM_VENV)/bin/python --no-deps --no-sources \
+		$(foreach p,$(abspath . $(PLUGINS)),-e $(p))
+	@rm -f $(GYM_VENV)/.synced
+	@echo "$(abspath $(NEMO_GYM_SOURCE))" > $@
+
+gym: $(GYM_STAMP) $(CLAUDE_CODE)
 
 $(CLAUDE_CODE):
 	@command -v npm >/dev/null || { echo "npm not found: Claude Code $(CLAUDE_CODE_VERSION) is installed with npm (apt-get install nodejs npm)" >&2; exit 1; }

@@ -61,6 +61,7 @@ def _up(args: argparse.Namespace) -> int:
         replicas=args.replicas,
         ray=args.ray,
         resources=args.replica_resources,
+        observability=args.nemo_gym_observability,
         **_gateway_options(args),
     )
     return 0
@@ -205,6 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--replica-resources",
         metavar="JSON",
         help="Ray resources per replica, e.g. '{\"CPU\": 2}' (with --ray)",
+    )
+    up.add_argument(
+        "--nemo-gym-observability",
+        action="store_true",
+        help="run NeMo Gym with observability_enabled: true (NeMo Gym >= 0.5: its agents then prefix "
+        "their model calls by rollout id, as the Relax integration runs it); also "
+        "$RELAX_GYM_NEMO_GYM_OBSERVABILITY=1",
     )
     up.set_defaults(run=_up)
     plugins = commands.add_parser("plugins", help="list installed plugins and the environments they register")

@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from relax_gym_core.gym.processes import gym_python
+from relax_gym_core.gym.release import nemo_gym_release, observability_wanted
 from relax_gym_core.testing.web import GatewayProcess, start_up
 
 pytest.importorskip("relax_gym_workplace")
@@ -78,9 +80,17 @@ def test_default_state_directories_let_one_gateway_per_recipe_run_side_by_side(
     # A workplace_assistant gateway with the default directory, and a calendar one beside it: no flag.
     with (
         start_up(["workplace_assistant"], env=env, state_dir=None),
-        start_up(["calendar"], env=env, state_dir=None),
+        start_up(["calendar"], env=env, state_dir=None) as calendar,
     ):
         assert sorted(path.name for path in root.iterdir()) == ["calendar", "workplace_assistant"]
+        # /readyz says which NeMo Gym the servers run.
+        ready = httpx.get(f"{calendar.url}/readyz", trust_env=False, timeout=30).json()
+        release = nemo_gym_release(gym_python())
+        assert ready["nemo_gym"] == {
+            **release.to_json(),
+            "observability_enabled": observability_wanted(False),
+        }
+        assert ready["gym_commit"] == (release.commit or os.environ.get("NEMO_GYM_COMMIT") or "unknown")
         again = subprocess.run(
             [
                 sys.executable,

@@ -76,7 +76,9 @@ def test_plugins_json_lists_the_distribution_and_its_environments(cli: Any, site
     result = cli("plugins", "--json", sites=(site,))
     assert result.returncode == 0, result.stderr
     [package] = {path.name for path in site.iterdir() if not path.name.endswith(".dist-info")}
-    assert json.loads(result.stdout) == {
+    document = json.loads(result.stdout)
+    assert set(document.pop("nemo_gym")) >= {"python"}  # which NeMo Gym the servers run: tests/gym
+    assert document == {
         "plugins": [
             {
                 "name": "fake",
@@ -118,8 +120,9 @@ def test_plugins_table_is_readable_and_omits_the_builtin_reference(cli: Any, sit
 
 def test_plugins_without_any_installed(cli: Any) -> None:
     result = cli("plugins")
-    assert (result.returncode, result.stdout) == (0, "No relax-gym plugins installed.\n")
-    assert json.loads(cli("plugins", "--json").stdout) == {"plugins": []}
+    assert result.returncode == 0
+    assert result.stdout.startswith("No relax-gym plugins installed.\n")
+    assert json.loads(cli("plugins", "--json").stdout)["plugins"] == []
 
 
 def test_plugins_with_a_broken_plugin_is_one_clear_line(

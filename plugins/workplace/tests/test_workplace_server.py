@@ -14,6 +14,7 @@ import httpx
 import pytest
 from attrs import define, field
 from relax_gym_core.environments import Hooks, make_plugin_manager, verify_body
+from relax_gym_core.gym.release import observability_wanted
 from relax_gym_core.protocol import Generation
 from relax_gym_core.testing import check_probes
 from starlette.applications import Starlette
@@ -30,19 +31,23 @@ ENV = env.ENVIRONMENT
 Script = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 
+PREFIXED = "/ng-rollout/{rollout_id}/v1/responses"
 pytestmark = pytest.mark.nemo_gym(ENV)  # the shared servers start in the background, while earlier tests run
 
 
 @define
 class StubModel:
-    """The agent's policy_model: answers POST /v1/responses with the current test's script."""
+    """The agent's policy_model: answers POST /v1/responses with the current test's script, also under
+    NeMo Gym >= 0.5's per-rollout prefix (/ng-rollout/<id>/v1/responses, with observability on)."""
 
     script: Script | None = None
     requests: list[dict[str, Any]] = field(factory=list)
+    prefixes: list[str | None] = field(factory=list)  # the rollout id of each call's prefix, if any
 
     async def responses(self, request: Request) -> JSONResponse:
         body = await request.json()
         self.requests.append(body)
+        self.prefixes.append(request.path_params.get("rollout_id"))
         if self.script is None:
             return JSONResponse({"detail": "no script for this test"}, status_code=500)
         return JSONResponse(
@@ -70,7 +75,8 @@ class Stack:
 def stack(relax_gym_servers: Callable[..., Any]) -> Iterator[Stack]:
     servers = relax_gym_servers(ENV)
     model = StubModel()
-    app = Starlette(routes=[Route("/v1/responses", model.responses, methods=["POST"])])
+    routes = [Route(path, model.responses, methods=["POST"]) for path in ("/v1/responses", PREFIXED)]
+    app = Starlette(routes=routes)
     with servers.model.serving(app):  # the servers' policy_model answers with this module's stub
         yield Stack(servers.urls[env.RESOURCES_SERVER], servers.urls[env.AGENT], model)
 
@@ -81,6 +87,7 @@ def no_leftovers(stack: Stack) -> Iterator[None]:
     before = sessions(stack)
     stack.model.script = None
     stack.model.requests.clear()
+    stack.model.prefixes.clear()
     yield
     assert sessions(stack) == before, "the test left sessions behind"
 
@@ -291,6 +298,8 @@ def test_a_run_through_the_real_agent_is_scored_and_leaves_nothing(
     assert is_clean(stack, rollout_id) is True  # released by /verify, no cleanup call needed
     requests = stack.model.requests
     assert len(requests) == 3
+    # NeMo Gym >= 0.5 with observability on prefixes each call by the rollout id the body carries.
+    assert stack.model.prefixes == [rollout_id if observability_wanted(False) else None] * 3
     names = [tool["name"] for tool in requests[0]["tools"]]
     assert names == [tool["name"] for tool in row["responses_create_params"]["tools"]]
     tool_output = next(item for item in requests[1]["input"] if item.get("type") == "function_call_output")

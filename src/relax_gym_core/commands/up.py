@@ -17,9 +17,10 @@ import ipaddress
 import itertools
 import json
 import math
+import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from attrs import frozen
 
@@ -33,7 +34,13 @@ from relax_gym_core.gateway.config import ReplicaSettings
 from relax_gym_core.gateway.server import run, url_of
 from relax_gym_core.gym.config import servers_of
 from relax_gym_core.gym.local_launcher import LocalLauncher
-from relax_gym_core.gym.processes import startup_timeout
+from relax_gym_core.gym.processes import gym_python, startup_timeout
+from relax_gym_core.gym.release import (
+    NemoGymRelease,
+    nemo_gym_release,
+    observability_config,
+    observability_wanted,
+)
 from relax_gym_core.gym.replicas import ReplicaHandle, ReplicaLauncher, ReplicaSpec
 from relax_gym_core.runtimes import Runtime, builtin
 from relax_gym_core.runtimes.pool import ReplicaPool, StartedReplica
@@ -183,6 +190,18 @@ def check_options(*, host: str, replicas: int, ray: str | None, resources: str |
     return per_replica
 
 
+def nemo_gym_of(observability: bool) -> tuple[NemoGymRelease, dict[str, Any]]:
+    """The NeMo Gym the servers will run, said once, and the global config keys `up` adds for it."""
+    python = gym_python()
+    release = nemo_gym_release(python)
+    global_config = observability_config(release, python) if observability else {}
+    declared = os.environ.get("NEMO_GYM_COMMIT")
+    if declared and release.commit and not release.commit.startswith(declared):
+        _status(f"warning: NEMO_GYM_COMMIT is {declared}, the NeMo Gym environment is at {release.commit}")
+    _status(f"{release.describe()}{', observability on' if global_config else ''}")
+    return release, global_config
+
+
 def up(
     environments: Sequence[str],
     *,
@@ -196,6 +215,7 @@ def up(
     replicas: int = 1,
     ray: str | None = None,
     resources: str | None = None,
+    observability: bool = False,
 ) -> None:
     per_replica = check_options(host=host, replicas=replicas, ray=ray, resources=resources)
     replica_settings = ReplicaSettings.from_env()
@@ -209,6 +229,7 @@ def up(
                 f"(available: {', '.join(sorted(factories))})"
             )
     policy = CallbackPolicy.from_env(hosts=callback_hosts, networks=callback_networks)
+    release, global_config = nemo_gym_of(observability_wanted(observability))
     timeout_s = startup_timeout()
     sock = listen(host, port)
     state = open_state(state_dir, environments)  # a state directory in use stops us before any server
@@ -219,7 +240,11 @@ def up(
 
     def spec(name: str) -> ReplicaSpec:
         return ReplicaSpec(
-            name=name, servers=servers, gateway_host=gateway_host, gateway_port=sock.getsockname()[1]
+            name=name,
+            servers=servers,
+            gateway_host=gateway_host,
+            gateway_port=sock.getsockname()[1],
+            global_config=global_config,
         )
 
     def runtimes_of(handle: ReplicaHandle) -> StartedReplica:
@@ -262,7 +287,11 @@ def up(
         pooled: RuntimeFactory = lambda s, _hooks: pool.runtime_for(s.key)  # noqa: E731
         state_where, store = state
         settings = GatewaySettings.from_env(
-            specs, callback_policy=policy, public_url=url_of(sock), state_dir=state_where
+            specs,
+            callback_policy=policy,
+            public_url=url_of(sock),
+            state_dir=state_where,
+            nemo_gym={**release.to_json(), "observability_enabled": bool(global_config)},
         )
         app = create_app(
             settings, hooks=hooks, store=store, runtime_factories={d.runtime: pooled for d in definitions}

@@ -133,6 +133,8 @@ async def readyz(request: Request) -> Response:
     gateway = _gateway(request)
     ready, reasons = await gateway.service.readiness()
     body = unstructure(gateway.health(ready=ready, reasons=reasons))
+    if gateway.settings.nemo_gym is not None:
+        body["nemo_gym"] = dict(gateway.settings.nemo_gym)
     if gateway.pools:
         body["replicas"] = replica_counts(gateway.pools)
     return json_response(body, 200 if ready else 503)

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from attrs import field, frozen
 
@@ -115,6 +116,9 @@ class GatewaySettings:
     tombstone_capacity: int = 100_000
     callback_timeout_s: float = 600.0
     gym_commit: str = "unknown"
+    # The NeMo Gym release the servers run, when this process started them (`relax-gym up`): version,
+    # source, commit, observability (gym/release.py), shown by /readyz.
+    nemo_gym: Mapping[str, Any] | None = None
     # The bridge runs only with an allowlist; without one the gateway makes no outgoing model calls.
     callback_policy: CallbackPolicy | None = None
     upstream_client: str = "pyreqwest"
@@ -142,6 +146,7 @@ class GatewaySettings:
         callback_policy: CallbackPolicy | None = None,
         public_url: str | None = None,
         state_dir: str | None = None,
+        nemo_gym: Mapping[str, Any] | None = None,
     ) -> GatewaySettings:
         client = environ.get("RELAX_GYM_UPSTREAM_CLIENT", "pyreqwest")
         if client not in UPSTREAM_CLIENT_NAMES:
@@ -156,7 +161,9 @@ class GatewaySettings:
             scan_interval_s=_env_float(environ, "NEMO_GYM_LEASE_SCAN_INTERVAL_S", 0.25),
             retention_s=_env_float(environ, "RELAX_GYM_TRIAL_RETENTION_S", 600.0),
             callback_timeout_s=_env_float(environ, "NEMO_GYM_CALLBACK_TIMEOUT_S", 600.0),
-            gym_commit=environ.get("NEMO_GYM_COMMIT", "unknown") or "unknown",
+            # The commit the servers' NeMo Gym reports, else what the operator says it is.
+            gym_commit=(nemo_gym or {}).get("commit") or environ.get("NEMO_GYM_COMMIT") or "unknown",
+            nemo_gym=nemo_gym,
             api_token=_api_token(environ, "RELAX_GYM_API_TOKEN"),
             limits=Limits.from_env(environ),
             unknown_keys=_choice(environ, UNKNOWN_KEYS_VAR, UNKNOWN_KEY_MODES),

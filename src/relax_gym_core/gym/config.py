@@ -28,13 +28,16 @@ def merged_config(
     ports: Mapping[str, int],
     gateway_host: str,
     gateway_port: int,
+    global_config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Three-level instance entries, plus a policy_model entry whose host/port is our gateway.
 
     The agents find each other, their resources servers and the policy model by these names; the head
-    server is named (NeMo Gym validates it) but never started.
+    server is named (NeMo Gym validates it) but never started. `global_config` adds top-level keys of
+    NeMo Gym's global config, such as ``observability_enabled``.
     """
     config: dict[str, Any] = {
+        **(global_config or {}),
         "head_server": {"host": host, "port": 1},
         "dry_run": False,
         POLICY_MODEL: {

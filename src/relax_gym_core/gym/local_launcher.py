@@ -87,6 +87,7 @@ class LocalLauncher:
                     host=self._host,
                     python=self._python,
                     startup_timeout_s=startup_timeout_s,
+                    global_config=spec.global_config,
                 )
             )
         except ConfigError as exc:

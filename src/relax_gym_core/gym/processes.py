@@ -25,6 +25,13 @@ from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import merged_config
 from relax_gym_core.gym.installed import PYTHON_VAR
 from relax_gym_core.gym.ports import free_ports
+from relax_gym_core.gym.release import (
+    CAPTURE_DIR_KEY,
+    OBSERVABILITY_KEY,
+    nemo_gym_release,
+    observability_config,
+    observability_wanted,
+)
 from relax_gym_core.gym.spawn import ServerProcess, spawn_server
 
 __all__ = [
@@ -142,18 +149,36 @@ def run_gym_servers(
     python: str | None = None,
     ports: Mapping[str, int] | None = None,
     startup_timeout_s: float | None = None,
+    global_config: Mapping[str, Any] | None = None,
 ) -> Iterator[dict[str, GymServerProcess]]:
-    """Start the servers (their model server is the gateway at gateway_host:gateway_port) until exit."""
+    """Start the servers (their model server is the gateway at gateway_host:gateway_port) until exit.
+
+    `global_config` adds top-level keys to NeMo Gym's global config (merged_config); by default, the
+    observability keys when $RELAX_GYM_NEMO_GYM_OBSERVABILITY asks for them (every server set relax-gym
+    starts: probe, rollout, the test fixtures), refused for a NeMo Gym without observability.
+    """
     servers = list(servers)
     interpreter = python or gym_python()
+    if global_config is None:
+        wanted = observability_wanted(False)
+        global_config = observability_config(nemo_gym_release(interpreter), interpreter) if wanted else {}
     chosen = dict(ports or {})
     missing = [server.name for server in servers if server.name not in chosen]
     chosen.update(zip(missing, free_ports(len(missing), host), strict=True))
     config = merged_config(
-        servers, host=host, ports=chosen, gateway_host=gateway_host, gateway_port=gateway_port
+        servers,
+        host=host,
+        ports=chosen,
+        gateway_host=gateway_host,
+        gateway_port=gateway_port,
+        global_config=global_config,
     )
     started: list[GymServerProcess] = []
     with tempfile.TemporaryDirectory(prefix="relax-gym-nemo-") as logs:
+        if config.get(OBSERVABILITY_KEY) and not config.get(CAPTURE_DIR_KEY):
+            # With observability NeMo Gym's model servers (an LLM judge's, here) must capture their calls:
+            # into this server set's own directory, removed when it stops.
+            config[CAPTURE_DIR_KEY] = str(Path(logs) / "model-calls")
         try:
             for server in servers:
                 log = Path(logs) / f"{server.name}.log"

@@ -106,6 +106,10 @@ class ReplicaActor:
         host = ray.util.get_node_ip_address()
         ports = dict(zip((s["name"] for s in servers), free_ports(len(servers), host), strict=True))
         config["head_server"]["host"] = host
+        if config.get("observability_enabled") and not config.get("model_call_capture_dir"):
+            # NeMo Gym's model servers (an LLM judge's) then capture their calls: into this replica's own
+            # directory, gone with it (relax_gym_core.gym.processes does the same locally).
+            config["model_call_capture_dir"] = str(self.logs / "model-calls")
         for server in servers:
             instance = config[server["name"]][server["kind"]][server["implementation"]]
             instance.update(host=host, port=ports[server["name"]])

@@ -260,6 +260,7 @@ class RayLauncher:
             ports={server.name: 0 for server in spec.servers},
             gateway_host=spec.gateway_host,
             gateway_port=spec.gateway_port,
+            global_config=spec.global_config,
         )
         servers = [
             {

@@ -9,9 +9,9 @@ processes live is the launcher's business: local processes (`LocalLauncher`) or 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from attrs import frozen
+from attrs import field, frozen
 
 from relax_gym_core.environments.definitions import NemoGymServer
 
@@ -26,6 +26,8 @@ class ReplicaSpec:
     servers: tuple[NemoGymServer, ...]
     gateway_host: str
     gateway_port: int
+    # Top-level keys of NeMo Gym's global config for these servers (e.g. observability_enabled: true).
+    global_config: Mapping[str, Any] = field(factory=dict)
 
 
 class ReplicaHandle(Protocol):
