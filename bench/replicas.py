@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Any
 
 from relax_gym_core.client import ClientOptions, GatewayClient
-from relax_gym_core.environments import make_plugin_manager
+from relax_gym_core.plugin import converted_row, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, CreateTrialRequest, parse_create_request
 from relax_gym_core.testing import reply_text
 from relax_gym_core.testing.web import PolicyByToken, start_up
@@ -47,7 +47,7 @@ _ids = itertools.count()
 def task() -> dict[str, Any]:
     from relax_gym_gsm8k.data import example_rows  # noqa: PLC0415 - the plugin is needed only here
 
-    converted = make_plugin_manager().convert_row(ENVIRONMENT, example_rows()[0])
+    converted = converted_row(make_plugin_manager().environments.get(ENVIRONMENT), example_rows()[0])
     return {"messages": converted["input"], "metadata": converted["metadata"]}
 
 

@@ -1,7 +1,7 @@
 """The dependency rules that keep the tree readable: Relax imports the protocol and the thin client, so
 they must not drag in the gateway's web stack; the trial state machine imports no HTTP framework; the
-packages depend in one direction (protocol -> trials -> environments -> runtimes/bridge -> gateway ->
-commands); plugins use only the core's public API."""
+packages depend in one direction (protocol and the plugin API beside it -> trials -> runtimes/bridge ->
+gateway -> commands); plugins use only the core's public API."""
 
 from __future__ import annotations
 
@@ -18,23 +18,26 @@ SRC = ROOT / "src" / "relax_gym_core"
 
 # What each part of relax_gym_core may import from relax_gym_core (besides itself), every import counted
 # (module level, inside functions, under TYPE_CHECKING). Read top to bottom, it is the architecture.
-BASE = {"errors"}
+BASE = {"errors", "ingym"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
+    # What servers inside the NeMo Gym environment import: the wire names and cleanup protocol (stdlib).
+    "ingym": set(),
     "protocol": BASE,
+    # The plugin API, beside the protocol: what plugins import (environment objects, the run-adapter seam,
+    # the hooks that register them) and the plugin manager. Light: no trial service, ledger, web or server.
+    "plugin": BASE | {"protocol"},
     "observe": BASE | {"protocol"},
-    "runtimes.base": BASE | {"protocol"},  # the run-adapter seam: plain data and protocols
-    "trials": BASE | {"protocol", "observe", "runtimes.base"},
-    "environments": BASE | {"protocol", "observe", "trials", "runtimes.base"},
-    "runtimes": BASE | {"protocol", "observe", "environments", "runtimes.base"},
-    "gym": BASE | {"protocol", "environments"},
+    "trials": BASE | {"protocol", "observe", "plugin"},
+    "runtimes": BASE | {"protocol", "observe", "plugin"},
+    "gym": BASE | {"protocol", "plugin"},
     "web": BASE | {"protocol"},
-    "bridge": BASE | {"protocol", "observe", "trials", "runtimes.base", "web"},
-    "gateway": BASE | {"protocol", "observe", "trials", "environments", "runtimes", "bridge", "web"},
+    "bridge": BASE | {"protocol", "observe", "trials", "plugin", "web"},
+    "gateway": BASE | {"protocol", "observe", "trials", "plugin", "runtimes", "bridge", "web"},
     # `relax-gym rollout` drives trials with the thin client and serves its oracle policy from the test
     # support (OracleScript + ScriptedPolicy): both sit below the commands, which nothing imports but cli.
     "commands": BASE
-    | {"protocol", "observe", "trials", "environments", "runtimes", "bridge", "web", "gym", "gateway"}
+    | {"protocol", "observe", "trials", "plugin", "runtimes", "bridge", "web", "gym", "gateway"}
     | {"client", "testing"},
     "cli": BASE | {"commands"},
     "client": BASE | {"protocol"},
@@ -42,24 +45,22 @@ ALLOWED: dict[str, set[str]] = {
 # The public API a plugin distribution may import (its tests may also use the test support).
 PLUGIN_API = {
     "",
-    "environments",
-    "environments.reference",
+    "plugin",
+    "plugin.runs",
+    "plugin.reference",
     "protocol",
     "errors",
-    "runtimes",
-    "runtimes.base",
-    "gym.installed",  # the installed nemo-gym's example rows and prompts
+    "gym.installed",
+    "ingym",
+    "ingym.sandbox",
 }
 # Their tests may also use the test support and start NeMo Gym servers.
 PLUGIN_TEST_PARTS = ("testing", "gym")
 
 
 def _part(module: str) -> str:
-    """The ALLOWED key a relax_gym_core submodule belongs to ("runtimes.base" before "runtimes")."""
-    name = module.removeprefix("relax_gym_core").removeprefix(".")
-    if name == "runtimes.base" or name.startswith("runtimes.base."):
-        return "runtimes.base"
-    return name.split(".")[0]
+    """The ALLOWED key a relax_gym_core submodule belongs to."""
+    return module.removeprefix("relax_gym_core").removeprefix(".").split(".")[0]
 
 
 def _imports(path: Path, package: str) -> set[str]:
@@ -140,7 +141,7 @@ HEAVY = ("torch", "sglang", "megatron")
         ("relax_gym_core.client", (*WEB, *HEAVY)),
         ("relax_gym_core.trials.book", (*WEB, "httpx", *HEAVY)),
         ("relax_gym_core.trials", ("starlette", "uvicorn", "relax_gym_core.gateway", *HEAVY)),
-        ("relax_gym_core.environments", (*WEB, *HEAVY)),
+        ("relax_gym_core.plugin", (*WEB, *HEAVY)),
         ("relax_gym_core.observe", (*WEB, "httpx", *HEAVY)),
     ],
 )

@@ -9,7 +9,7 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name == "hookimpl":  # plugins write `from relax_gym_core import hookimpl`
-        from relax_gym_core.environments.hookspecs import hookimpl  # noqa: PLC0415
+        from relax_gym_core.plugin.hookspecs import hookimpl  # noqa: PLC0415
 
         return hookimpl
     raise AttributeError(name)

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from relax_gym_core.commands.rollout_data import example_rows
-from relax_gym_core.environments import make_plugin_manager
+from relax_gym_core.plugin import make_plugin_manager
 
 POLICY = "oracle:0.3"
 REPEATS = 3

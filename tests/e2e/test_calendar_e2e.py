@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
-from relax_gym_core.environments import VerifierProbe, make_plugin_manager
+from relax_gym_core.plugin import VerifierProbe, converted_row, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import OracleScript, RecordedRequest, ScriptedReply, reply_text
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
@@ -52,7 +52,10 @@ def stack(relax_gym_up: Callable[..., GatewayProcess]) -> GatewayProcess:
 
 @pytest.fixture(scope="module")
 def probes() -> dict[str, VerifierProbe]:
-    return {probe.name: probe for probe in make_plugin_manager().verifier_probes("calendar")}
+    return {
+        probe.name: probe
+        for probe in list(make_plugin_manager().environments.get("calendar").verifier_probes())
+    }
 
 
 def new_token() -> str:
@@ -60,7 +63,7 @@ def new_token() -> str:
 
 
 def session_input(row: dict[str, Any]) -> dict[str, Any]:
-    converted = make_plugin_manager().convert_row("calendar", row)
+    converted = converted_row(make_plugin_manager().environments.get("calendar"), row)
     return {"messages": converted["input"], "metadata": converted["metadata"]}
 
 

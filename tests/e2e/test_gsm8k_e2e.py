@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
-from relax_gym_core.environments import make_plugin_manager
+from relax_gym_core.plugin import converted_row, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import OracleScript, RecordedRequest, ScriptedReply, reply_text
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
@@ -63,7 +63,7 @@ def new_token() -> str:
 
 
 def session_input(environment: str, row: dict[str, Any]) -> dict[str, Any]:
-    converted = make_plugin_manager().convert_row(environment, row)
+    converted = converted_row(make_plugin_manager().environments.get(environment), row)
     return {"messages": converted["input"], "metadata": converted["metadata"]}
 
 
@@ -143,7 +143,7 @@ async def test_math_with_judge_rows_scored_by_the_oracle_from_probes(
     policy: PolicyByToken, stack: GatewayProcess
 ) -> None:
     """The oracle `make demo` could use: each row's known-good probe answer -> 1.0; known-bad -> 0.0."""
-    probes = make_plugin_manager().verifier_probes("math_with_judge")
+    probes = list(make_plugin_manager().environments.get("math_with_judge").verifier_probes())
     right, wrong = OracleScript(probes), OracleScript(probes, reward=0.0)
     rows = example_rows()
     cases = [(row, right, 1.0) for row in rows] + [(rows[2], wrong, 0.0)]  # \frac{333}{1997}

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from relax_gym_core.client import ClientOptions, GatewayClient
-from relax_gym_core.environments import make_plugin_manager
+from relax_gym_core.plugin import converted_row, make_plugin_manager
 from relax_gym_core.testing import Gate, OracleScript, RecordedRequest, ScriptedReply, reply_text
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
@@ -48,7 +48,7 @@ type Behaviour = Callable[[RecordedRequest], ScriptedReply]
 def oracles() -> dict[str, OracleScript]:
     """Known-good answers for every example row of each environment."""
     hooks = make_plugin_manager()
-    return {env: OracleScript(hooks.verifier_probes(env)) for env in ENVIRONMENTS}
+    return {env: OracleScript(list(hooks.environments.get(env).verifier_probes())) for env in ENVIRONMENTS}
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ async def test_a_saturated_workplace_queue_never_delays_math(
     oracle = oracles["workplace_assistant"]
 
     def workplace_body(token: str, row: dict[str, Any]) -> dict[str, Any]:
-        converted = hooks.convert_row("workplace_assistant", row)
+        converted = converted_row(hooks.environments.get("workplace_assistant"), row)
         return {
             "protocol_version": "relax-nemo-gym/v1",
             "request_id": f"relax-sat-{token}",
@@ -208,7 +208,7 @@ async def test_a_saturated_workplace_queue_never_delays_math(
             # ... while a math trial is admitted and completes with its reward, the queue still full.
             math_token = f"agentic_session_shard_0.session-sat{next(_tokens):04d}"
             policy.behaviours[math_token] = oracles["math_with_judge"]
-            converted = hooks.convert_row("math_with_judge", math_rows()[0])
+            converted = converted_row(hooks.environments.get("math_with_judge"), math_rows()[0])
             math_body = {
                 **workplace_body(math_token, rows[0]),
                 "request_id": f"relax-sat-{math_token}",

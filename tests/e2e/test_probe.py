@@ -16,7 +16,7 @@ import attrs
 import pytest
 
 from relax_gym_core.commands.probe import format_outcomes, score
-from relax_gym_core.environments import VerifierProbe, hookimpl, make_plugin_manager
+from relax_gym_core.plugin import VerifierProbe, hookimpl, make_plugin_manager
 from relax_gym_core.testing.gym import Verifier
 
 pytest.importorskip("relax_gym_workplace")
@@ -55,10 +55,10 @@ class Liar:
 
 
 def test_mismatches_and_rejected_probes_are_reported(relax_gym_verifier: Callable[..., Verifier]) -> None:
-    honest = make_plugin_manager().verifier_probes(ENV)
+    honest = list(make_plugin_manager().environments.get(ENV).verifier_probes())
     hooks = make_plugin_manager(plugins=[("liar", Liar(honest))])
     verifier = relax_gym_verifier(ENV)
-    outcomes = [score(probe, verifier.post) for probe in hooks.verifier_probes(ENV)]
+    outcomes = [score(probe, verifier.post) for probe in list(hooks.environments.get(ENV).verifier_probes())]
     assert [(o.name, o.ok) for o in outcomes] == [
         ("flipped", False),
         (honest[1].name, True),

@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
-from relax_gym_core.environments import make_plugin_manager
-from relax_gym_core.environments.specs import parse_environments
+from relax_gym_core.plugin import converted_row, make_plugin_manager
+from relax_gym_core.plugin.specs import parse_environments
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import RecordedRequest, ScriptedReply, ToolCall, reply_text, reply_tool_calls
 from relax_gym_core.testing.oracle import OracleScript
@@ -92,7 +92,7 @@ def new_token() -> str:
 
 
 def trial_request(policy: PolicyByToken, row: dict[str, Any], *, token: str) -> Any:
-    converted = make_plugin_manager().convert_row(ENV, row)
+    converted = converted_row(make_plugin_manager().environments.get(ENV), row)
     body = {
         "protocol_version": PROTOCOL_VERSION,
         "request_id": f"relax-r2e-{token}",
@@ -250,7 +250,7 @@ async def test_eight_concurrent_trials_complete(
     policy: PolicyByToken, stack: GatewayProcess, resources_url: str
 ) -> None:
     """The oracle `make demo`-style policy (each task's golden probe, replayed through the tools)."""
-    oracle = OracleScript(make_plugin_manager().verifier_probes(ENV))
+    oracle = OracleScript(list(make_plugin_manager().environments.get(ENV).verifier_probes()))
     names = sorted(tasks.load_tasks())
     chosen = [names[index % len(names)] for index in range(8)]
     snapshots = await asyncio.gather(*(trial(policy, stack, name, oracle) for name in chosen))

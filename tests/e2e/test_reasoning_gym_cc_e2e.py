@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
-from relax_gym_core.environments import VerifierProbe, make_plugin_manager
+from relax_gym_core.plugin import VerifierProbe, converted_row, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import (
     Gate,
@@ -109,7 +109,7 @@ def new_token() -> str:
 
 
 def session_input(answer: str = "42") -> dict[str, Any]:
-    converted = make_plugin_manager().convert_row(ENV, row(answer))
+    converted = converted_row(make_plugin_manager().environments.get(ENV), row(answer))
     return {"messages": converted["input"], "metadata": converted["metadata"]}
 
 

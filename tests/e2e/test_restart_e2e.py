@@ -33,8 +33,8 @@ from starlette.types import Receive, Scope, Send
 
 from relax_gym_core.client import ClientOptions, GatewayClient, RemoteTrialError, run_trial
 from relax_gym_core.commands.up import environment_specs
-from relax_gym_core.environments import make_plugin_manager
-from relax_gym_core.environments.specs import environments_document
+from relax_gym_core.plugin import converted_row, make_plugin_manager
+from relax_gym_core.plugin.specs import environments_document
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import Gate, RecordedRequest, ScriptedReply, reply_text
 from relax_gym_core.testing.web import ScriptedPolicy, start_gateway
@@ -85,7 +85,7 @@ class Relay:
 
 
 def session_input(row: dict[str, Any]) -> dict[str, Any]:
-    converted = make_plugin_manager().convert_row(ENVIRONMENT, row)
+    converted = converted_row(make_plugin_manager().environments.get(ENVIRONMENT), row)
     return {"messages": converted["input"], "metadata": converted["metadata"]}
 
 
@@ -111,7 +111,7 @@ def gateway_specs(servers: Any) -> dict[str, Any]:
     """The environments file `relax-gym up` would write for these servers, as many slots as trials."""
     hooks = make_plugin_manager()
     running = {name: SimpleNamespace(url=url) for name, url in servers.urls.items()}
-    specs = environment_specs([hooks.environments.get(ENVIRONMENT)], hooks, running, max_concurrency=TRIALS)
+    specs = environment_specs([hooks.environments.get(ENVIRONMENT)], running, max_concurrency=TRIALS)
     return environments_document(specs)
 
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from relax_gym_core.client import GatewayClient, run_trial
-from relax_gym_core.environments import make_plugin_manager
+from relax_gym_core.plugin import converted_row, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import Gate, reply_text
 from relax_gym_core.testing.oracle import OracleScript
@@ -50,7 +50,7 @@ def resources_url(stack: Any) -> str:
 
 
 def session_input(row: dict[str, Any]) -> dict[str, Any]:
-    converted = make_plugin_manager().convert_row("workplace_assistant", row)
+    converted = converted_row(make_plugin_manager().environments.get("workplace_assistant"), row)
     return {"messages": converted["input"], "metadata": converted["metadata"]}
 
 
@@ -174,7 +174,7 @@ async def test_two_hundred_sequential_trials_leave_no_sessions(
 
 async def test_oracle_from_probes_solves_every_example_row(policy: PolicyByToken, stack: Any) -> None:
     """The oracle policy `make demo` uses: each row's known-good probe output, replayed turn by turn."""
-    probes = make_plugin_manager().verifier_probes("workplace_assistant")
+    probes = list(make_plugin_manager().environments.get("workplace_assistant").verifier_probes())
     oracle = OracleScript(probes)
     rows = example_rows()
     assert len(oracle) == len(rows) == 5

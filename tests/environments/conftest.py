@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from attrs import frozen
 
-from relax_gym_core.environments.manager import DISABLE_VAR, ENTRY_POINT_GROUP, TRACE_VAR
+from relax_gym_core.plugin.manager import DISABLE_VAR, ENTRY_POINT_GROUP, TRACE_VAR
 
 # A complete plugin: one environment run by a NeMo Gym simple agent over a math resource server.
 GOOD_PLUGIN = """
-from relax_gym_core.environments import CleanupContract, EnvironmentDefinition, NemoGymServer, hookimpl
+from relax_gym_core.plugin import CleanupContract, EnvironmentDefinition, NemoGymServer, hookimpl
 
 ENV = "{env}"
 

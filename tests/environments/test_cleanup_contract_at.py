@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from relax_gym_core.environments import CleanupContract
-from relax_gym_core.environments.definitions import CleanupURLs
+from relax_gym_core.plugin import CleanupContract
+from relax_gym_core.plugin.cleanup import CleanupURLs
 
 PATH = "/cleanup/{rollout_id}"
 

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relax_gym_core.environments import (
+from relax_gym_core.errors import ConfigError
+from relax_gym_core.plugin import (
     CleanupContract,
     EnvironmentDefinition,
     EnvironmentFailure,
@@ -29,11 +30,10 @@ from relax_gym_core.environments import (
     hookimpl,
     make_plugin_manager,
 )
-from relax_gym_core.environments.reference import convert_row as reference_convert
-from relax_gym_core.errors import ConfigError
+from relax_gym_core.plugin.reference import convert_row as reference_convert
+from relax_gym_core.plugin.runs import RunResult
 from relax_gym_core.protocol import CreateTrialRequest, TrialSnapshot, structure, unstructure
 from relax_gym_core.protocol.jsonutil import is_finite_json
-from relax_gym_core.runtimes.base import RunResult
 from relax_gym_core.testing import (
     ConformanceError,
     check_conversion,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 MIX_PLUGIN = """
-from relax_gym_core.environments import STATELESS, EnvironmentDefinition, NemoGymServer, hookimpl
+from relax_gym_core.plugin import STATELESS, EnvironmentDefinition, NemoGymServer, hookimpl
 
 AGENT = NemoGymServer(
     name="agent", kind="responses_api_agents", implementation="simple_agent", server_class="m:C"

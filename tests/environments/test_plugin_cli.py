@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from relax_gym_core.environments.reference import convert_row
+from relax_gym_core.plugin.reference import convert_row
 
 CONVERTING_PLUGIN = """
-from relax_gym_core.environments import RowError
+from relax_gym_core.plugin import RowError
 
 
 @hookimpl

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from relax_gym_core.environments import (
+from relax_gym_core.errors import ConfigError, PluginError
+from relax_gym_core.plugin import (
     STATELESS,
     DuplicateEnvironmentError,
     EnvironmentDefinition,
@@ -18,17 +19,17 @@ from relax_gym_core.environments import (
     PluginInfo,
     PluginLoadError,
     UnknownEnvironmentError,
+    converted_row,
     hookimpl,
     make_plugin_manager,
 )
-from relax_gym_core.environments.manager import DISABLE_VAR, TRACE_VAR
-from relax_gym_core.errors import ConfigError, PluginError
+from relax_gym_core.plugin.manager import DISABLE_VAR, TRACE_VAR
 
 BROKEN_PLUGIN = """
 import relax_gym_fake_sdk_that_is_not_installed  # the plugin's own dependency is missing
 """
 MISSPELLED_PLUGIN = """
-from relax_gym_core.environments import hookimpl
+from relax_gym_core.plugin import hookimpl
 
 
 @hookimpl
@@ -36,7 +37,7 @@ def convert_rows(environment, row):
     return {"input": [], "metadata": {}}
 """
 WRONG_ARGUMENTS_PLUGIN = """
-from relax_gym_core.environments import hookimpl
+from relax_gym_core.plugin import hookimpl
 
 
 @hookimpl
@@ -83,7 +84,7 @@ def test_entry_point_of_a_real_distribution_is_loaded(
     assert hooks.plugins == [info]
     assert hooks.environments.get("fake_env").configs == ("default", "hard")
     assert hooks.owner("fake_env") == info
-    assert hooks.cleanup_contract("fake_env").probe_path == "/cleanup/{rollout_id}"
+    assert hooks.environments.get("fake_env").cleanup.probe_path == "/cleanup/{rollout_id}"
     assert make_plugin_manager(load_entry_points=False, blocked=isolated_env).plugins == []
 
 
@@ -234,13 +235,13 @@ def test_plugins_answer_their_environments_and_the_reference_answers_the_rest() 
 
     plugin = types.SimpleNamespace(convert_row=convert_row, cleanup_contract=cleanup_contract)
     hooks = make_plugin_manager(load_entry_points=False, plugins=[("mine", plugin)])
-    assert hooks.convert_row("mine", {"text": "hi"})["metadata"] == {"mine": True}
+    assert converted_row(hooks.environments.get("mine"), {"text": "hi"})["metadata"] == {"mine": True}
     raw = {"responses_create_params": {"input": []}, "id": 7}
-    assert hooks.convert_row("other", raw) == {"input": [], "metadata": {"id": 7}}
-    assert hooks.cleanup_contract("mine") is STATELESS
+    assert converted_row(hooks.environments.get("other"), raw) == {"input": [], "metadata": {"id": 7}}
+    assert hooks.environments.get("mine").cleanup is STATELESS
     with pytest.raises(ConfigError, match="no plugin declares how environment 'other' is cleaned up"):
-        hooks.cleanup_contract("other")
-    assert hooks.verifier_probes("mine") == []
+        hooks.environments.get("other").cleanup
+    assert list(hooks.environments.get("mine").verifier_probes()) == []
 
 
 def test_trace_goes_to_stderr_not_to_command_output(
@@ -248,7 +249,9 @@ def test_trace_goes_to_stderr_not_to_command_output(
 ) -> None:
     monkeypatch.setenv(TRACE_VAR, "1")
     hooks = make_plugin_manager(load_entry_points=False)
-    hooks.convert_row("env", {"responses_create_params": {"input": []}, "expected_answer": 1})
+    converted_row(
+        hooks.environments.get("env"), {"responses_create_params": {"input": []}, "expected_answer": 1}
+    )
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "convert_row" in captured.err

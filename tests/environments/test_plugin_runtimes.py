@@ -15,16 +15,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from relax_gym_core.environments import EnvironmentDefinition, hookimpl, make_plugin_manager
-from relax_gym_core.environments.manager import DISABLE_VAR
 from relax_gym_core.errors import PluginError
+from relax_gym_core.plugin import EnvironmentDefinition, hookimpl, make_plugin_manager
+from relax_gym_core.plugin.manager import DISABLE_VAR
 from relax_gym_core.testing import ConformanceError, check_registration
 from relax_gym_core.testing.web import serve_in_thread, start_gateway
 
 # A plugin whose result mapping refuses a /run answer without a reward (an infrastructure failure, never a
 # reward), and which brings a runtime of its own for an environment with no NeMo Gym servers.
 PLUGIN = """
-from relax_gym_core.environments import (
+from relax_gym_core.plugin import (
     STATELESS, EnvironmentDefinition, EnvironmentFailure, NemoGymServer, RunResult, hookimpl,
 )
 from relax_gym_core.runtimes import CLEANUP_CONFIRMED

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from relax_gym_core.environments import RowError, make_plugin_manager
-from relax_gym_core.environments.reference import build_run_body, convert_row, map_result
+from relax_gym_core.plugin import RowError, converted_row, make_plugin_manager
+from relax_gym_core.plugin.reference import build_run_body, convert_row, map_result
 from relax_gym_core.protocol import Generation, TrialStatus
 
 R2E_ROW: dict[str, Any] = {
@@ -206,10 +206,10 @@ def test_reference_answers_through_the_facade_when_no_plugin_does() -> None:
     hooks = make_plugin_manager(load_entry_points=False)
     assert hooks.plugins == []  # the reference is part of the core, not a listed plugin
     raw = {"responses_create_params": {"input": [{"role": "user", "content": "q"}]}, "expected_answer": 2.5}
-    converted = hooks.convert_row("math", raw)
+    converted = converted_row(hooks.environments.get("math"), raw)
     assert converted["metadata"]["expected_answer"] == "2.5"
-    body = hooks.build_run_body(
-        "math", {"messages": converted["input"], "metadata": converted["metadata"]}, Generation(), "abc-0"
+    body = hooks.environments.get("math").build_run_body(
+        {"messages": converted["input"], "metadata": converted["metadata"]}, Generation(), "abc-0"
     )
     assert body["responses_create_params"] == {"input": converted["input"]}
-    assert hooks.map_result("math", {"reward": 1}).reward == 1
+    assert hooks.environments.get("math").map_result({"reward": 1}).reward == 1

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from relax_gym_core.environments import EnvironmentFailure, reference
+from relax_gym_core.plugin import EnvironmentFailure, reference
 
 MESSAGE = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "4"}]}
 OUTPUT: list[Any] = [MESSAGE]

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from relax_gym_core.environments import EnvironmentFailure
 from relax_gym_core.gateway import GatewaySettings, create_app, parse_environments
+from relax_gym_core.plugin import EnvironmentFailure
 from relax_gym_core.runtimes import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,

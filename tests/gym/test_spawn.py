@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from relax_gym_core.environments.definitions import NemoGymServer
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.processes import gym_python, run_gym_servers, stop_process
 from relax_gym_core.gym.spawn import FORK_SERVER_VAR, spawn_server
+from relax_gym_core.plugin.servers import NemoGymServer
 
 pytestmark = pytest.mark.e2e  # the NeMo Gym environment's interpreter
 

@@ -23,7 +23,7 @@ import pytest
 from attrs import frozen
 
 from relax_gym_core.client import ClientOptions, GatewayClient
-from relax_gym_core.environments import make_plugin_manager
+from relax_gym_core.plugin import converted_row, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, CreateTrialRequest, TrialSnapshot, parse_create_request
 from relax_gym_core.testing import (
     Gate,
@@ -85,7 +85,7 @@ class HeldPolicy(PolicyByToken):
     def trial(self, gate: Gate) -> CreateTrialRequest:
         token = f"agentic_session_shard_0.session-{self.tag}{next(_tokens):04d}"
         self.behaviours[token] = solve_task_0(gate=gate)
-        converted = make_plugin_manager().convert_row(ENVIRONMENT, example_rows()[0])
+        converted = converted_row(make_plugin_manager().environments.get(ENVIRONMENT), example_rows()[0])
         body = {
             "protocol_version": PROTOCOL_VERSION,
             "request_id": f"relax-{self.tag}-{token}",

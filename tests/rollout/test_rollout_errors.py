@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from relax_gym_core.cli import main
-from relax_gym_core.environments import make_plugin_manager
 from relax_gym_core.gym.processes import free_ports
+from relax_gym_core.plugin import make_plugin_manager
 from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
 
 from .conftest import echo_row, relax_gym, write_rows

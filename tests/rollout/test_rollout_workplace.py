@@ -13,7 +13,7 @@ import pytest
 
 from relax_gym_core.commands.rollout_data import example_rows
 from relax_gym_core.commands.rollout_policy import oracle_token
-from relax_gym_core.environments import make_plugin_manager
+from relax_gym_core.plugin import make_plugin_manager
 from relax_gym_core.testing.web import GatewayProcess
 
 from .conftest import check_report_numbers, pngs, relax_gym, trial_lines, write_rows

@@ -15,11 +15,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from relax_gym_core.environments import make_plugin_manager
-from relax_gym_core.environments.definitions import CleanupURLs
-from relax_gym_core.environments.specs import EnvironmentSpec
-from relax_gym_core.protocol import parse_create_request
-from relax_gym_core.runtimes.base import (
+from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.plugin.cleanup import CleanupURLs
+from relax_gym_core.plugin.runs import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
     CLEANUP_PROBE_FAILED,
@@ -27,6 +25,8 @@ from relax_gym_core.runtimes.base import (
     RunContext,
     RunHandle,
 )
+from relax_gym_core.plugin.specs import EnvironmentSpec
+from relax_gym_core.protocol import parse_create_request
 from relax_gym_core.runtimes.nemo_gym import NemoGymRuntime
 from relax_gym_core.testing.web import serve_in_thread
 

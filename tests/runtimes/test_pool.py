@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from relax_gym_core.errors import EnvironmentFailure, ReplicaLostError, RunError
+from relax_gym_core.plugin.runs import CLEANUP_CONFIRMED, CleanupResult, RunContext, RunHandle, RunResult
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, TrialStatus, parse_create_request
 from relax_gym_core.runtimes import EchoRuntime
-from relax_gym_core.runtimes.base import CLEANUP_CONFIRMED, CleanupResult, RunContext, RunHandle, RunResult
 from relax_gym_core.runtimes.pool import ReplicaPool, StartedReplica
 from relax_gym_core.trials import Admission, MemoryStore, TrialBook, TrialService
 

@@ -21,6 +21,8 @@ from relax_gym_core.errors import (
     TrialExpiredError,
     TrialNotFoundError,
 )
+from relax_gym_core.plugin import Admission
+from relax_gym_core.plugin.runs import CLEANUP_CONFIRMED, CLEANUP_UNVERIFIED, CleanupResult, RunResult
 from relax_gym_core.protocol import (
     PROTOCOL_VERSION,
     CleanupState,
@@ -32,9 +34,8 @@ from relax_gym_core.protocol import (
     SessionInfo,
     TrialStatus,
 )
-from relax_gym_core.runtimes.base import CLEANUP_CONFIRMED, CLEANUP_UNVERIFIED, CleanupResult, RunResult
 from relax_gym_core.trials.book import Cancel, TrialBook
-from relax_gym_core.trials.records import Admission, Cause, EnvKey, Phase, Trial
+from relax_gym_core.trials.records import Cause, EnvKey, Phase, Trial
 from relax_gym_core.trials.store import MemoryStore
 
 RETENTION_S = 10.0

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from relax_gym_core.errors import RelaxGymError, TrialExpiredError, TrialNotFoundError
+from relax_gym_core.plugin.runs import CLEANUP_CONFIRMED, CLEANUP_UNVERIFIED, CleanupResult, RunResult
 from relax_gym_core.protocol import CleanupState, TrialStatus, unstructure
-from relax_gym_core.runtimes.base import CLEANUP_CONFIRMED, CLEANUP_UNVERIFIED, CleanupResult, RunResult
 from relax_gym_core.trials import Cause, LedgerStore, MemoryStore, Phase, TrialBook
 from relax_gym_core.trials.records import EnvKey
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from relax_gym_core.errors import ConfigError, TrialConflictError
+from relax_gym_core.plugin.runs import CLEANUP_CONFIRMED, RunContext, RunHandle, RunResult
 from relax_gym_core.protocol import CleanupState, TrialStatus
 from relax_gym_core.runtimes import EchoRuntime
-from relax_gym_core.runtimes.base import CLEANUP_CONFIRMED, RunContext, RunHandle, RunResult
 from relax_gym_core.trials import (
     Admission,
     Cause,

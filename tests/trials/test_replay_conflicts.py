@@ -14,8 +14,8 @@ from starlette.testclient import TestClient
 
 from relax_gym_core.errors import PolicyMismatchError, TrialConflictError
 from relax_gym_core.gateway import GatewaySettings, create_app, parse_environments
+from relax_gym_core.plugin.runs import RunResult
 from relax_gym_core.protocol import CreateTrialRequest, Generation, InterruptPolicy
-from relax_gym_core.runtimes.base import RunResult
 from relax_gym_core.trials.idempotency import ReplayGuard
 from relax_gym_core.trials.records import Phase
 

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from relax_gym_core.protocol import CleanupState, TrialStatus
-from relax_gym_core.runtimes.base import (
+from relax_gym_core.plugin.runs import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
     CLEANUP_PROBE_FAILED,
@@ -21,6 +20,7 @@ from relax_gym_core.runtimes.base import (
     RunContext,
     RunResult,
 )
+from relax_gym_core.protocol import CleanupState, TrialStatus
 from relax_gym_core.trials import Admission, MemoryStore, TrialBook, TrialService
 
 from .test_book import ENV, FakeClock, make_request

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import Hooks, make_plugin_manager
+from relax_gym_core.plugin import Hooks, make_plugin_manager
 
 from relax_gym_calendar import plugin
-from relax_gym_calendar.data import example_rows
+from relax_gym_calendar.plugin import example_rows
 
 
 @pytest.fixture

@@ -8,7 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import STATELESS, EnvironmentFailure, Hooks, RowError, make_plugin_manager
+from relax_gym_core.plugin import (
+    STATELESS,
+    EnvironmentFailure,
+    Hooks,
+    RowError,
+    converted_row,
+    make_plugin_manager,
+)
 from relax_gym_core.protocol import Generation, InterruptPolicy
 from relax_gym_core.testing import check_conversion, check_registration, check_result_mapping
 
@@ -33,7 +40,7 @@ def test_the_installed_plugin_registers_the_recipe_names() -> None:
     }
     assert definition.interrupt_policy is InterruptPolicy.PROTECTED
     assert (definition.max_concurrency, definition.queue_capacity, definition.max_deadline_s) == (8, 32, 1800)
-    assert hooks.cleanup_contract(ENV) is STATELESS
+    assert hooks.environments.get(ENV).cleanup is STATELESS
 
 
 def test_example_rows_keep_the_whole_conversation_and_the_expected_state(
@@ -107,19 +114,19 @@ def test_bad_rows_raise_row_error_naming_the_field(
     row = copy.deepcopy(rows[0])
     breaks(row)
     with pytest.raises(RowError) as caught:
-        hooks.convert_row(ENV, row)
+        converted_row(hooks.environments.get(ENV), row)
     assert str(caught.value).startswith(message), str(caught.value)
 
 
 def test_an_empty_expected_state_is_a_valid_row(hooks: Hooks, rows: list[dict[str, Any]]) -> None:
     row = {**copy.deepcopy(rows[0]), "exp_cal_state": {}}  # nothing to schedule: upstream grades it 1
-    assert hooks.convert_row(ENV, row)["metadata"]["exp_cal_state"] == {}
+    assert converted_row(hooks.environments.get(ENV), row)["metadata"]["exp_cal_state"] == {}
 
 
 def test_the_run_body_carries_the_state_and_no_tools(hooks: Hooks, rows: list[dict[str, Any]]) -> None:
-    relax_row = hooks.convert_row(ENV, copy.deepcopy(rows[1]))
+    relax_row = converted_row(hooks.environments.get(ENV), copy.deepcopy(rows[1]))
     task = {"messages": relax_row["input"], "metadata": relax_row["metadata"]}
-    body = hooks.build_run_body(ENV, copy.deepcopy(task), Generation(), ROLLOUT)
+    body = hooks.environments.get(ENV).build_run_body(copy.deepcopy(task), Generation(), ROLLOUT)
     assert body["exp_cal_state"] == rows[1]["exp_cal_state"]
     assert body["responses_create_params"] == {
         "input": rows[1]["responses_create_params"]["input"],
@@ -131,10 +138,10 @@ def test_the_run_body_carries_the_state_and_no_tools(hooks: Hooks, rows: list[di
 def test_a_task_without_its_state_is_refused_before_the_run(hooks: Hooks, rows: list[dict[str, Any]]) -> None:
     """A converted file fed back as raw data (relax-nemo-gym/v1 PITFALL 8.3.6) would otherwise be a 422
     inside the agent's /verify."""
-    relax_row = hooks.convert_row(ENV, copy.deepcopy(rows[0]))
+    relax_row = converted_row(hooks.environments.get(ENV), copy.deepcopy(rows[0]))
     task = {"messages": relax_row["input"], "metadata": {"tools": []}}
     with pytest.raises(RowError, match=r"^exp_cal_state is missing"):
-        hooks.build_run_body(ENV, task, Generation(), ROLLOUT)
+        hooks.environments.get(ENV).build_run_body(task, Generation(), ROLLOUT)
 
 
 REAL_BODY: dict[str, Any] = {
@@ -172,13 +179,13 @@ def test_result_mapping_contract(hooks: Hooks) -> None:
 @pytest.mark.parametrize("case", sorted(FAILURES))
 def test_an_ungraded_answer_is_a_verifier_error(hooks: Hooks, case: str) -> None:
     with pytest.raises(EnvironmentFailure) as caught:
-        hooks.map_result(ENV, copy.deepcopy(FAILURES[case]))
+        hooks.environments.get(ENV).map_result(copy.deepcopy(FAILURES[case]))
     assert caught.value.kind == "verifier_error"
 
 
 def test_results_say_whether_the_model_answered(hooks: Hooks) -> None:
-    assert hooks.map_result(ENV, copy.deepcopy(REAL_BODY)).metrics["answered"] is True
+    assert hooks.environments.get(ENV).map_result(copy.deepcopy(REAL_BODY)).metrics["answered"] is True
     reasoning_only = copy.deepcopy(REAL_BODY)
     reasoning_only["response"]["output"] = [{"type": "reasoning", "id": "rs_1", "summary": []}]
-    result = hooks.map_result(ENV, {**reasoning_only, "reward": 0.0})
+    result = hooks.environments.get(ENV).map_result({**reasoning_only, "reward": 0.0})
     assert (result.reward, result.metrics["answered"]) == (0.0, False)

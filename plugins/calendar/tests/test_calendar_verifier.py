@@ -10,12 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import Hooks, RowError
+from relax_gym_core.plugin import Hooks, RowError, answer, converted_row
 from relax_gym_core.testing import check_probes
 from relax_gym_core.testing.gym import Verifier
 
-from relax_gym_calendar import env
-from relax_gym_calendar.probes import answer_output, calendar_text
+from relax_gym_calendar.plugin import CALENDAR
+from relax_gym_calendar.probes import calendar_text
 from relax_gym_calendar.rows import check_row
 from relax_gym_calendar.schedule import solve
 
@@ -24,18 +24,18 @@ pytestmark = [pytest.mark.e2e, pytest.mark.nemo_gym("calendar")]
 
 @pytest.fixture
 def grader(relax_gym_verifier: Callable[..., Verifier]) -> Verifier:
-    return relax_gym_verifier(env.ENVIRONMENT)
+    return relax_gym_verifier(CALENDAR.name)
 
 
 def grade(grader: Verifier, row: dict[str, Any], text: str) -> float:
-    return grader(row, answer_output(text, "t"))
+    return grader(row, answer(text, "t"))
 
 
 def test_every_probe_gets_its_reward_from_the_real_grader(hooks: Hooks, grader: Verifier) -> None:
-    probes = hooks.verifier_probes(env.ENVIRONMENT)
+    probes = list(hooks.environments.get(CALENDAR.name).verifier_probes())
     kinds = ["solved", "broken_constraint", "visible_think"]
     assert [probe.name for probe in probes] == [f"example{i}:{kind}" for i in range(5) for kind in kinds]
-    check_probes(hooks, env.ENVIRONMENT, grader)
+    check_probes(hooks, CALENDAR.name, grader)
 
 
 def test_the_solved_calendar_still_scores_with_prose_around_it(
@@ -63,4 +63,4 @@ def test_an_unknown_constraint_is_graded_as_satisfied_upstream(
     )
     assert grade(grader, row, anywhere) == 1.0
     with pytest.raises(RowError, match=r'^exp_cal_state\["0"\]\.constraint'):
-        hooks.convert_row(env.ENVIRONMENT, row)
+        converted_row(hooks.environments.get(CALENDAR.name), row)

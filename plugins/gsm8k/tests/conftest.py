@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import Hooks, make_plugin_manager
+from relax_gym_core.plugin import Hooks, make_plugin_manager
 
 from relax_gym_gsm8k import plugin
 from relax_gym_gsm8k.data import example_rows, numeric_example_rows

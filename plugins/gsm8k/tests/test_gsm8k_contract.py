@@ -9,9 +9,10 @@ import subprocess
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import STATELESS, EnvironmentFailure, Hooks, RowError, make_plugin_manager
+from relax_gym_core.plugin import converted_row
 from relax_gym_core.gym.installed import installed_file
 from relax_gym_core.gym.processes import gym_python
+from relax_gym_core.plugin import STATELESS, EnvironmentFailure, Hooks, RowError, make_plugin_manager
 from relax_gym_core.protocol import Generation, InterruptPolicy
 from relax_gym_core.testing import check_conversion, check_registration, check_result_mapping
 
@@ -47,7 +48,7 @@ def test_the_installed_plugin_registers_the_recipe_names(no_judge: None, environ
         "model_server": {"type": "responses_api_models", "name": "policy_model"},
     }
     assert definition.interrupt_policy is InterruptPolicy.PROTECTED
-    assert hooks.cleanup_contract(environment) is STATELESS
+    assert hooks.environments.get(environment).cleanup is STATELESS
 
 
 def test_recipe_limits(hooks: Hooks) -> None:
@@ -89,7 +90,7 @@ def test_every_shape_of_one_gsm8k_row_gives_the_same_prompt_as_upstream_wrote(
     upstream_input = gsm8k_rows["prompted"][0]["responses_create_params"]["input"]
     for shape in ("benchmark", "original"):
         row = gsm8k_rows[shape][0]
-        converted = hooks.convert_row("gsm8k", copy.deepcopy(row))
+        converted = converted_row(hooks.environments.get("gsm8k"), copy.deepcopy(row))
         assert converted["input"] == upstream_input, shape
         assert converted["input"] == [{"role": "user", "content": prompt(row["question"])}]
 
@@ -120,7 +121,7 @@ def test_the_prompt_is_the_installed_generic_math_prompt() -> None:
     ],
 )
 def test_gsm8k_answers_become_canonical_strings(hooks: Hooks, field: str, value: Any, expected: str) -> None:
-    converted = hooks.convert_row("gsm8k", {"question": "How many?", field: value})
+    converted = converted_row(hooks.environments.get("gsm8k"), {"question": "How many?", field: value})
     assert converted["metadata"]["expected_answer"] == expected
     if field == "answer":
         assert converted["metadata"]["answer"] == value  # the worked solution stays as it was
@@ -128,12 +129,12 @@ def test_gsm8k_answers_become_canonical_strings(hooks: Hooks, field: str, value:
 
 def test_an_expected_answer_wins_over_an_answer(hooks: Hooks) -> None:
     row = {"question": "q", "expected_answer": 7, "answer": "…\n#### 8"}
-    assert hooks.convert_row("gsm8k", row)["metadata"]["expected_answer"] == "7"
+    assert converted_row(hooks.environments.get("gsm8k"), row)["metadata"]["expected_answer"] == "7"
 
 
 def test_math_answers_may_be_latex_or_numbers(hooks: Hooks) -> None:
     for value, expected in ((r"\(\frac{1}{2}\)", r"\(\frac{1}{2}\)"), (0.5, "0.5"), (12, "12")):
-        converted = hooks.convert_row("math_with_judge", {"question": "q", "expected_answer": value})
+        converted = converted_row(hooks.environments.get("math_with_judge"), {"question": "q", "expected_answer": value})
         assert converted["metadata"]["expected_answer"] == expected
 
 
@@ -169,7 +170,7 @@ BAD_GSM8K: dict[str, tuple[dict[str, Any], str]] = {
 def test_bad_gsm8k_rows_raise_row_error_naming_the_field(hooks: Hooks, case: str) -> None:
     row, message = BAD_GSM8K[case]
     with pytest.raises(RowError) as caught:
-        hooks.convert_row("gsm8k", copy.deepcopy(row))
+        converted_row(hooks.environments.get("gsm8k"), copy.deepcopy(row))
     assert str(caught.value).startswith(message), str(caught.value)
 
 
@@ -186,7 +187,7 @@ def test_bad_math_rows_raise_row_error_naming_the_field(
     hooks: Hooks, row: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(RowError, match=f"^{message}"):
-        hooks.convert_row("math_with_judge", row)
+        converted_row(hooks.environments.get("math_with_judge"), row)
 
 
 # ---- /run bodies -----------------------------------------------------------------------------------------
@@ -197,7 +198,7 @@ def test_a_numeric_answer_from_an_older_converter_reaches_verify_as_a_string(hoo
         "messages": [{"role": "user", "content": prompt("What is 6 * 7?")}],
         "metadata": {"question": "What is 6 * 7?", "expected_answer": 42},
     }
-    body = hooks.build_run_body("gsm8k", copy.deepcopy(task), Generation(), ROLLOUT)
+    body = hooks.environments.get("gsm8k").build_run_body(copy.deepcopy(task), Generation(), ROLLOUT)
     assert body["expected_answer"] == "42"
     assert body["question"] == "What is 6 * 7?"
     assert body["responses_create_params"]["input"] == task["messages"]
@@ -217,13 +218,13 @@ def test_a_task_the_verifier_cannot_score_is_refused_before_the_run(
 ) -> None:
     task = {"messages": [{"role": "user", "content": "q"}], "metadata": metadata}
     with pytest.raises(RowError, match=f"^{message}"):
-        hooks.build_run_body("gsm8k", task, Generation(), ROLLOUT)
+        hooks.environments.get("gsm8k").build_run_body(task, Generation(), ROLLOUT)
 
 
 def test_a_task_without_a_prompt_is_refused(hooks: Hooks) -> None:
     task = {"messages": [], "metadata": {"question": "q", "expected_answer": "1"}}
     with pytest.raises(RowError, match=r"^responses_create_params\.input must be a non-empty"):
-        hooks.build_run_body("math_with_judge", task, Generation(), ROLLOUT)
+        hooks.environments.get("math_with_judge").build_run_body(task, Generation(), ROLLOUT)
 
 
 # ---- results ---------------------------------------------------------------------------------------------
@@ -270,20 +271,20 @@ def test_result_mapping_contract(hooks: Hooks, environment: str) -> None:
 @pytest.mark.parametrize("case", sorted(FAILURES))
 def test_an_unverified_answer_is_a_verifier_error(hooks: Hooks, case: str) -> None:
     with pytest.raises(EnvironmentFailure) as caught:
-        hooks.map_result("gsm8k", copy.deepcopy(FAILURES[case]))
+        hooks.environments.get("gsm8k").map_result(copy.deepcopy(FAILURES[case]))
     assert caught.value.kind == "verifier_error"
 
 
 def test_results_carry_the_verifiers_own_figures(hooks: Hooks) -> None:
     judged = {**REAL_BODY, "reward": 1.0, "library_reward": 0.0, "judge_evaluations": [{}, {}]}
-    result = hooks.map_result("math_with_judge", judged)
+    result = hooks.environments.get("math_with_judge").map_result(judged)
     assert result.reward == 1.0
     assert (result.metrics["library_reward"], result.metrics["judge_calls"]) == (0.0, 2)
     assert result.metrics["assistant_messages"] == 1
-    plain = hooks.map_result("gsm8k", copy.deepcopy(REAL_BODY))
+    plain = hooks.environments.get("gsm8k").map_result(copy.deepcopy(REAL_BODY))
     assert (plain.metrics["library_reward"], plain.metrics["judge_calls"]) == (1.0, 0)
 
 
 def test_other_environments_are_left_to_their_plugins(hooks: Hooks) -> None:
-    assert hooks.map_result("some_other_env", {"response": {"output": []}}).reward is None
-    assert hooks.verifier_probes("some_other_env") == []
+    assert hooks.environments.get("some_other_env").map_result({"response": {"output": []}}).reward is None
+    assert list(hooks.environments.get("some_other_env").verifier_probes()) == []

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from relax_gym_core.environments import make_plugin_manager
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import servers_of
+from relax_gym_core.plugin import make_plugin_manager
 
 from relax_gym_gsm8k import env, plugin
 from relax_gym_gsm8k.judge import (

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 from attrs import define
-from relax_gym_core.environments import Hooks, verify_body
 from relax_gym_core.gym.processes import free_ports, run_gym_servers
+from relax_gym_core.plugin import Hooks, verify_body
 from relax_gym_core.testing import RecordedRequest, ScriptedReply, reply_json
 from relax_gym_core.testing.web import ScriptedPolicy
 
@@ -97,7 +97,7 @@ def test_a_right_answer_in_words_is_scored_by_the_judge_at_its_own_endpoint(
         assert call.bearer == "sk-judge-secret"
         assert call.model == "judge-model"
         assert "<|Problem|>" in json.dumps(call.body["input"])
-    mapped = hooks.map_result("math_with_judge", result)
+    mapped = hooks.environments.get("math_with_judge").map_result(result)
     assert (mapped.reward, mapped.metrics["judge_calls"], mapped.metrics["library_reward"]) == (1.0, 2, 0.0)
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from relax_gym_core.environments import Hooks, verify_body
+from relax_gym_core.plugin import converted_row
+from relax_gym_core.plugin import Hooks, verify_body
 from relax_gym_core.protocol import PROTOCOL_VERSION, CleanupState, TrialSnapshot, parse_snapshot
 from relax_gym_core.testing import reply_text
 from relax_gym_core.testing.gym import Verifier
@@ -86,7 +87,7 @@ def test_a_right_answer_whose_check_is_stopped_fails_instead_of_scoring_zero(
     assert f"answer not scored: math-verify's check did not finish within {BOUND_S} s" in detail
     assert VERIFY_TIMEOUT_VAR in detail  # how to widen it
     # A trial through the gateway and the agent's /run: failed, no reward, never a 0.
-    converted = hooks.convert_row(env.MATH, math_rows[0])
+    converted = converted_row(hooks.environments.get(env.MATH), math_rows[0])
     task = {"messages": converted["input"], "metadata": converted["metadata"]}
     with PolicyByToken(default=lambda _request: reply_text("unexpected session")) as policy:
         settled = settled_trial(hurried, policy, task)

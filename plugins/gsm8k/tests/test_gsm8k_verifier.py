@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import Hooks, verify_body
+from relax_gym_core.plugin import converted_row
+from relax_gym_core.plugin import Hooks, verify_body
 from relax_gym_core.testing import check_probes
 from relax_gym_core.testing.gym import Verifier
 
@@ -37,7 +38,7 @@ def test_both_environments_verify_with_the_same_server_config() -> None:
 def test_every_probe_gets_its_reward_from_the_real_verifier(
     hooks: Hooks, relax_gym_verifier: Callable[..., Verifier], environment: str, count: int
 ) -> None:
-    assert len(hooks.verifier_probes(environment)) == count  # 2 (or 5) example rows x right/wrong
+    assert len(list(hooks.environments.get(environment).verifier_probes())) == count  # 2 (or 5) example rows x right/wrong
     check_probes(hooks, environment, relax_gym_verifier(environment))
 
 
@@ -49,7 +50,7 @@ def test_a_numeric_expected_answer_is_refused_upstream(
     output = [dict(item) for item in answer_output("\\boxed{32}")]
     raw = {**benchmark, "responses_create_params": {"input": [{"role": "user", "content": "q"}]}}
     assert verifier.post(verify_body(raw, output)).status_code == 422
-    converted = hooks.convert_row("gsm8k", copy.deepcopy(benchmark))
+    converted = converted_row(hooks.environments.get("gsm8k"), copy.deepcopy(benchmark))
     fixed = {**raw, "expected_answer": converted["metadata"]["expected_answer"]}
     answer = verifier.post(verify_body(fixed, output))
     assert (answer.status_code, answer.json()["reward"]) == (200, 1.0)
@@ -62,7 +63,7 @@ def test_canonical_gsm8k_answers_are_scored_as_numbers(verifier: Verifier, hooks
         (18.0, "\\boxed{18}"),
         ("07:30", "\\boxed{7:30}"),
     ):
-        converted = hooks.convert_row("gsm8k", {"question": "q", "expected_answer": raw_answer})
+        converted = converted_row(hooks.environments.get("gsm8k"), {"question": "q", "expected_answer": raw_answer})
         row = {"responses_create_params": {"input": converted["input"]}, **converted["metadata"]}
         answer = verifier.post(verify_body(row, [dict(answer_output(written)[0])]))
         assert answer.json()["reward"] == 1.0, (raw_answer, answer.text)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import Hooks, make_plugin_manager
 from relax_gym_core.gym.processes import gym_python
+from relax_gym_core.plugin import Hooks, make_plugin_manager
 
 from relax_gym_r2e import plugin
 from relax_gym_r2e.data import example_rows

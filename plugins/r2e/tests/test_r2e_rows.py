@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import CleanupContract, EnvironmentFailure, Hooks, RowError
+from relax_gym_core.plugin import converted_row
 from relax_gym_core.errors import ConfigError
+from relax_gym_core.plugin import CleanupContract, EnvironmentFailure, Hooks, RowError
 from relax_gym_core.protocol import Generation, InterruptPolicy
 from relax_gym_core.testing import check_conversion, check_registration, check_result_mapping
 
@@ -46,7 +47,7 @@ def test_registration_follows_the_contract(hooks: Hooks) -> None:
     assert agent.config["resources_server"] == {"type": "resources_servers", "name": "r2e_gym"}
     assert definition.interrupt_policy is InterruptPolicy.PROTECTED
     assert definition.max_concurrency >= 8
-    assert hooks.cleanup_contract(ENV) == CleanupContract(
+    assert hooks.environments.get(ENV).cleanup == CleanupContract(
         server="r2e_gym",
         abort_path="/cleanup/{rollout_id}",
         force_path="/cleanup/{rollout_id}",
@@ -190,8 +191,8 @@ def test_both_row_shapes_pass_the_conversion_contract(
         # swe_agents rows: Relax's prompt is the problem statement; the agent input stays empty.
         assert relax_row["input"] == [{"role": "user", "content": row["problem_statement"]}]
         assert relax_row["metadata"]["responses_create_params"]["input"] == []
-        body = hooks.build_run_body(
-            ENV, {"messages": relax_row["input"], "metadata": relax_row["metadata"]}, Generation(), ROLLOUT
+        body = hooks.environments.get(ENV).build_run_body(
+            {"messages": relax_row["input"], "metadata": relax_row["metadata"]}, Generation(), ROLLOUT
         )
         assert body["responses_create_params"]["input"] == []
         assert body["responses_create_params"]["metadata"] == row["responses_create_params"]["metadata"]
@@ -223,7 +224,7 @@ def test_inconsistent_local_rows_are_refused(hooks: Hooks, rows: list[dict[str, 
     row = copy.deepcopy(rows[0])
     breaks(row)
     with pytest.raises(RowError) as caught:
-        hooks.convert_row(ENV, row)
+        converted_row(hooks.environments.get(ENV), row)
     assert str(caught.value).startswith(message)
 
 
@@ -233,14 +234,14 @@ def test_swe_agents_rows_whose_metadata_disagrees_are_refused(
     row = copy.deepcopy(swe_rows[0])
     row["responses_create_params"]["metadata"]["instance_id"] = "other__repo-abcdef1"
     with pytest.raises(RowError, match=r"^responses_create_params\.metadata\.instance_id .* differs"):
-        hooks.convert_row(ENV, row)
+        converted_row(hooks.environments.get(ENV), row)
     row = copy.deepcopy(swe_rows[0])
     instance = json.loads(row["responses_create_params"]["metadata"]["instance_dict"])
     row["responses_create_params"]["metadata"]["instance_dict"] = json.dumps(
         {**instance, "base_commit": "0" * 40}
     )
     with pytest.raises(RowError, match=r"instance_dict\.base_commit"):
-        hooks.convert_row(ENV, row)
+        converted_row(hooks.environments.get(ENV), row)
 
 
 # ---- results ---------------------------------------------------------------------------------------------
@@ -262,7 +263,7 @@ def answer(**fields: Any) -> dict[str, Any]:
     ],
 )
 def test_the_reward_is_shaped_like_relax_does(hooks: Hooks, fields: dict[str, Any], reward: float) -> None:
-    result = hooks.map_result(ENV, answer(**fields))
+    result = hooks.environments.get(ENV).map_result(answer(**fields))
     assert result.reward == reward
     assert result.metrics["resolved"] is fields["resolved"]
     assert result.metrics["upstream_reward"] == fields["reward"]
@@ -304,7 +305,7 @@ def test_an_unevaluated_answer_is_an_infrastructure_failure(hooks: Hooks) -> Non
         failure_bodies=[{"reward": 0.0}, answer(resolved=True), answer(reward="1.0", resolved=True)],
     )
     with pytest.raises(EnvironmentFailure) as caught:
-        hooks.map_result(ENV, answer(resolved=True))
+        hooks.environments.get(ENV).map_result(answer(resolved=True))
     assert caught.value.kind == "verifier_error"
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from relax_gym_core.environments import VerifierProbe, hookimpl, make_plugin_manager, verify_body
+from relax_gym_core.plugin import VerifierProbe, hookimpl, make_plugin_manager, verify_body
 from relax_gym_core.testing import check_probes
 
 from relax_gym_r2e import plugin, probes
@@ -83,7 +83,7 @@ def test_probes_are_scored_as_they_claim_by_the_real_verifier(server: str) -> No
         return float(body["reward"])
 
     check_probes(hooks, ENV, verify)
-    assert len(hooks.verifier_probes(ENV)) == 6
+    assert len(list(hooks.environments.get(ENV).verifier_probes())) == 6
     assert left_on_machine(server) == (0, 0, 0)
 
 

@@ -11,9 +11,10 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
-from relax_gym_core.environments import make_plugin_manager
+from relax_gym_core.plugin import converted_row
 from relax_gym_core.gym import installed
 from relax_gym_core.gym.processes import gym_python
+from relax_gym_core.plugin import make_plugin_manager
 
 from relax_gym_reasoning_gym_cc import plugin
 from relax_gym_reasoning_gym_cc.data import EXAMPLE_FILE, TASKS
@@ -62,9 +63,9 @@ def test_the_bundled_examples_are_exactly_what_the_generator_writes(tmp_path: Pa
     assert all(isinstance(row["answer"], str) and row["answer"] for row in rows)
     hooks = make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("reasoning_gym_cc", plugin)])
     for row in rows:
-        converted = hooks.convert_row("reasoning_gym", row)
+        converted = converted_row(hooks.environments.get("reasoning_gym"), row)
         assert converted["input"] == row["responses_create_params"]["input"]
-        assert hooks.drop_reason("reasoning_gym", converted) is None
+        assert hooks.environments.get("reasoning_gym").drop_reason(converted) is None
 
 
 def test_an_unknown_task_is_named_with_the_valid_ones_before_the_library_loads(tmp_path: Path) -> None:

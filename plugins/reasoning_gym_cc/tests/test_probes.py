@@ -4,7 +4,8 @@ bundled example rows, the right answer in the <answer> tags the prompt asks for,
 from __future__ import annotations
 
 import pytest
-from relax_gym_core.environments import Hooks, make_plugin_manager
+from relax_gym_core.plugin import converted_row
+from relax_gym_core.plugin import Hooks, make_plugin_manager
 from relax_gym_core.testing import OracleScript
 
 from relax_gym_reasoning_gym_cc import plugin
@@ -27,7 +28,7 @@ def text_of(probe_output: tuple[object, ...]) -> str:
 
 def test_each_bundled_row_has_its_own_answer_and_a_wrong_one(hooks: Hooks) -> None:
     rows = example_rows()
-    probes = hooks.verifier_probes(ENV)
+    probes = list(hooks.environments.get(ENV).verifier_probes())
     assert [probe.name for probe in probes[:4]] == [
         "example0:basic_arithmetic:own_answer",
         "example0:basic_arithmetic:wrong_answer",
@@ -41,7 +42,7 @@ def test_each_bundled_row_has_its_own_answer_and_a_wrong_one(hooks: Hooks) -> No
         assert text_of(right.output).endswith(f"<answer>{row['answer']}</answer>")
         assert text_of(wrong.output).endswith(f"<answer>{wrong_answer(rows, index)}</answer>")
         assert wrong_answer(rows, index) != row["answer"]
-        hooks.convert_row(ENV, dict(row))  # every probe row is a row of the environment
+        converted_row(hooks.environments.get(ENV), dict(row))  # every probe row is a row of the environment
 
 
 def test_wrong_answers_are_well_formed() -> None:
@@ -55,4 +56,4 @@ def test_wrong_answers_are_well_formed() -> None:
 
 def test_the_oracle_knows_every_bundled_row(hooks: Hooks) -> None:
     """The probes' rows are the environment's example rows (demo, `rollout --policy oracle`)."""
-    assert len(OracleScript(hooks.verifier_probes(ENV))) == len(example_rows()) == 6
+    assert len(OracleScript(list(hooks.environments.get(ENV).verifier_probes()))) == len(example_rows()) == 6

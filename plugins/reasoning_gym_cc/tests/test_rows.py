@@ -8,8 +8,9 @@ import copy
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import EnvironmentFailure, Hooks, RowError, make_plugin_manager
+from relax_gym_core.plugin import converted_row
 from relax_gym_core.gym.installed import example_rows as upstream_example_rows
+from relax_gym_core.plugin import EnvironmentFailure, Hooks, RowError, make_plugin_manager
 from relax_gym_core.protocol import Generation, TrialStatus
 from relax_gym_core.testing import check_conversion, check_registration, check_result_mapping
 
@@ -55,7 +56,7 @@ def test_the_installed_plugin_registers_the_recipe_names() -> None:
         "type": "resources_servers",
         "name": "reasoning_gym",
     }
-    assert hooks.cleanup_contract(ENV) == env.CLEANUP
+    assert hooks.environments.get(ENV).cleanup == env.CLEANUP
 
 
 # ---- conversion ------------------------------------------------------------------------------------------
@@ -78,7 +79,7 @@ def test_real_rows_of_every_shape_pass_the_conversion_contract(
 
 def test_a_bare_row_is_asked_for_answer_tags(hooks: Hooks) -> None:
     row = unprompted(example_rows()[0])
-    (message,) = hooks.convert_row(ENV, row)["input"]
+    (message,) = converted_row(hooks.environments.get(ENV), row)["input"]
     assert message == {"role": "user", "content": prompt(row["question"])}
     assert "<answer>answer here</answer>" in message["content"]
     assert message["content"].endswith("\n\n" + row["question"])
@@ -90,13 +91,13 @@ def test_agent_ref_is_dropped_on_the_way_in_and_out(hooks: Hooks) -> None:
         **example_rows()[2],
         "agent_ref": {"type": "responses_api_agents", "name": "reasoning_gym_simple_agent"},
     }
-    converted = hooks.convert_row(ENV, copy.deepcopy(row))
+    converted = converted_row(hooks.environments.get(ENV), copy.deepcopy(row))
     assert "agent_ref" not in converted["metadata"]
     task = {
         "messages": converted["input"],
         "metadata": {**converted["metadata"], "agent_ref": row["agent_ref"]},
     }
-    body = hooks.build_run_body(ENV, task, Generation(), ROLLOUT)
+    body = hooks.environments.get(ENV).build_run_body(task, Generation(), ROLLOUT)
     assert "agent_ref" not in body
     assert (body["question"], body["answer"], body["metadata"]) == (
         row["question"],
@@ -159,23 +160,23 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
 def test_bad_rows_raise_row_error_naming_the_field(hooks: Hooks, case: str) -> None:
     row, message = BAD[case]
     with pytest.raises(RowError) as caught:
-        hooks.convert_row(ENV, copy.deepcopy(row))
+        converted_row(hooks.environments.get(ENV), copy.deepcopy(row))
     assert str(caught.value).startswith(message), str(caught.value)
 
 
 def test_a_null_answer_is_a_row(hooks: Hooks) -> None:
     """Upstream's verify request allows it (tasks whose scorer checks the answer itself)."""
-    converted = hooks.convert_row(ENV, with_fields(answer=None))
+    converted = converted_row(hooks.environments.get(ENV), with_fields(answer=None))
     assert converted["metadata"]["answer"] is None
 
 
 def test_rows_of_no_reasoning_gym_task_are_dropped_from_mixes(hooks: Hooks) -> None:
-    kept = hooks.convert_row(ENV, good())
-    assert hooks.drop_reason(ENV, kept) is None
-    typo = hooks.convert_row(ENV, with_fields(metadata={"source_dataset": "leg_count"}))
-    assert hooks.drop_reason(ENV, typo) == "unknown reasoning-gym task"
-    mixer = hooks.convert_row(ENV, with_fields(metadata={"source_dataset": "composite"}))
-    assert hooks.drop_reason(ENV, mixer) == "unknown reasoning-gym task"
+    kept = converted_row(hooks.environments.get(ENV), good())
+    assert hooks.environments.get(ENV).drop_reason(kept) is None
+    typo = converted_row(hooks.environments.get(ENV), with_fields(metadata={"source_dataset": "leg_count"}))
+    assert hooks.environments.get(ENV).drop_reason(typo) == "unknown reasoning-gym task"
+    mixer = converted_row(hooks.environments.get(ENV), with_fields(metadata={"source_dataset": "composite"}))
+    assert hooks.environments.get(ENV).drop_reason(mixer) == "unknown reasoning-gym task"
 
 
 # ---- /run bodies -----------------------------------------------------------------------------------------
@@ -194,7 +195,7 @@ def test_a_task_the_verifier_cannot_score_is_refused_before_the_run(
 ) -> None:
     task = {"messages": [{"role": "user", "content": "q"}], "metadata": metadata}
     with pytest.raises(RowError, match=f"^{message}"):
-        hooks.build_run_body(ENV, task, Generation(), ROLLOUT)
+        hooks.environments.get(ENV).build_run_body(task, Generation(), ROLLOUT)
 
 
 def test_a_task_without_a_prompt_is_refused(hooks: Hooks) -> None:
@@ -203,7 +204,7 @@ def test_a_task_without_a_prompt_is_refused(hooks: Hooks) -> None:
         "metadata": {"question": "q", "answer": "1", "metadata": {"source_dataset": "gcd"}},
     }
     with pytest.raises(RowError, match=r"^responses_create_params\.input must be a non-empty"):
-        hooks.build_run_body(ENV, task, Generation(), ROLLOUT)
+        hooks.environments.get(ENV).build_run_body(task, Generation(), ROLLOUT)
 
 
 # ---- results ---------------------------------------------------------------------------------------------
@@ -258,12 +259,12 @@ def test_result_mapping_contract(hooks: Hooks) -> None:
 def test_an_unverified_answer_is_a_failure_never_a_zero(hooks: Hooks, case: str) -> None:
     body, kind = FAILURES[case]
     with pytest.raises(EnvironmentFailure) as caught:
-        hooks.map_result(ENV, copy.deepcopy(body))
+        hooks.environments.get(ENV).map_result(copy.deepcopy(body))
     assert caught.value.kind == kind
 
 
 def test_results_carry_reasoning_gyms_own_figures(hooks: Hooks) -> None:
-    result = hooks.map_result(ENV, copy.deepcopy(REAL_BODY))
+    result = hooks.environments.get(ENV).map_result(copy.deepcopy(REAL_BODY))
     assert (result.status, result.reward) == (TrialStatus.COMPLETED, 1.0)
     assert result.metrics == {
         "model_output_items": 3,
@@ -275,7 +276,7 @@ def test_results_carry_reasoning_gyms_own_figures(hooks: Hooks) -> None:
         "answer_extracted": True,
         "finished_naturally": True,
     }
-    untagged = hooks.map_result(ENV, {**copy.deepcopy(REAL_BODY), "reward": 0.0, "extracted_answer": ""})
+    untagged = hooks.environments.get(ENV).map_result({**copy.deepcopy(REAL_BODY), "reward": 0.0, "extracted_answer": ""})
     assert (untagged.reward, untagged.metrics["answer_extracted"]) == (0.0, False)
 
 
@@ -283,7 +284,7 @@ def test_a_run_stopped_before_its_final_message_is_truncated_with_its_score(hook
     body = copy.deepcopy(REAL_BODY)
     body["response"]["output"] = body["response"]["output"][:2]  # max turns hit after the Bash call
     body.update(reward=0.0, extracted_answer="", turns_used=0, finished_naturally=False)
-    result = hooks.map_result(ENV, body)
+    result = hooks.environments.get(ENV).map_result(body)
     assert (result.status, result.reward, result.metrics["finished_naturally"]) == (
         TrialStatus.TRUNCATED,
         0.0,
@@ -292,6 +293,6 @@ def test_a_run_stopped_before_its_final_message_is_truncated_with_its_score(hook
 
 
 def test_other_environments_are_left_to_their_plugins(hooks: Hooks) -> None:
-    assert hooks.map_result("some_other_env", {"response": {"output": []}}).reward is None
-    assert hooks.verifier_probes("some_other_env") == []
-    assert hooks.drop_reason("some_other_env", {"input": [], "metadata": {}}) is None
+    assert hooks.environments.get("some_other_env").map_result({"response": {"output": []}}).reward is None
+    assert list(hooks.environments.get("some_other_env").verifier_probes()) == []
+    assert hooks.environments.get("some_other_env").drop_reason({"input": [], "metadata": {}}) is None

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import Hooks, make_plugin_manager, verify_body
+from relax_gym_core.plugin import Hooks, make_plugin_manager, verify_body
 from relax_gym_core.testing import check_probes
 from relax_gym_core.testing.gym import Verifier
 
@@ -37,7 +37,7 @@ def output(text: str) -> list[dict[str, Any]]:
 
 
 def test_every_probe_gets_its_reward_from_the_real_verifier(hooks: Hooks, verifier: Verifier) -> None:
-    probes = hooks.verifier_probes(ENV)
+    probes = list(hooks.environments.get(ENV).verifier_probes())
     assert len(probes) == 12  # 6 bundled rows (3 tasks) x own answer / wrong answer
     assert {probe.row["metadata"]["source_dataset"] for probe in probes} == {
         "basic_arithmetic",
@@ -74,7 +74,7 @@ def test_a_real_verify_answer_maps_to_its_reward_and_task(hooks: Hooks, verifier
         answer = verifier.post(verify_body(row, output(text)))
         assert answer.status_code == 200, answer.text
         body = {**answer.json(), "turns_used": 1, "finished_naturally": True}
-        result = hooks.map_result(ENV, body)
+        result = hooks.environments.get(ENV).map_result(body)
         assert result.reward == reward
         assert (result.metrics["task_name"], result.metrics["answer_extracted"]) == ("knights_knaves", True)
 
@@ -85,7 +85,7 @@ def test_a_converted_row_reaches_verify_as_upstream_needs_it(hooks: Hooks, verif
 
     row = example_rows()[0]
     bare = {key: row[key] for key in ("question", "answer", "metadata")}
-    converted = hooks.convert_row(ENV, copy.deepcopy(bare))
+    converted = converted_row(hooks.environments.get(ENV), copy.deepcopy(bare))
     task = {"messages": converted["input"], "metadata": converted["metadata"]}
-    body = hooks.build_run_body(ENV, task, Generation(), f"{1:032x}-0")
+    body = hooks.environments.get(ENV).build_run_body(task, Generation(), f"{1:032x}-0")
     assert verifier(body, output(f"<answer>{row['answer']}</answer>")) == 1.0

@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import CleanupContract, Hooks, RowError, make_plugin_manager
+from relax_gym_core.plugin import converted_row
+from relax_gym_core.plugin import CleanupContract, Hooks, RowError, make_plugin_manager
 from relax_gym_core.protocol import Generation, InterruptPolicy
 from relax_gym_core.testing import REFERENCE_NORMALISED, check_conversion, check_registration
 
@@ -49,7 +50,7 @@ def test_registration_follows_the_contract_and_the_brief(hooks: Hooks) -> None:
     assert definition.interrupt_policy is InterruptPolicy.PROTECTED
     assert (definition.max_concurrency, definition.queue_capacity, definition.max_deadline_s) == (8, 32, 1800)
     assert set(definition.readiness or ()) == set(servers)
-    assert hooks.cleanup_contract(ENV) == CleanupContract(
+    assert hooks.environments.get(ENV).cleanup == CleanupContract(
         server="workplace_assistant",
         abort_path="/cleanup/{rollout_id}",
         force_path="/cleanup/{rollout_id}",
@@ -77,12 +78,12 @@ def test_a_json_string_ground_truth_becomes_the_list_form(hooks: Hooks, rows: li
     row = copy.deepcopy(rows[2])
     calls = row["ground_truth"]
     row["ground_truth"] = json.dumps(calls)
-    assert hooks.convert_row(ENV, row)["metadata"]["ground_truth"] == calls
+    assert converted_row(hooks.environments.get(ENV), row)["metadata"]["ground_truth"] == calls
     # arguments given as an object are serialised to the JSON string upstream requires
     row["ground_truth"] = [
         {"name": call["name"], "arguments": json.loads(call["arguments"])} for call in calls
     ]
-    normalised = hooks.convert_row(ENV, row)["metadata"]["ground_truth"]
+    normalised = converted_row(hooks.environments.get(ENV), row)["metadata"]["ground_truth"]
     assert all(isinstance(call["arguments"], str) for call in normalised)
     assert [json.loads(call["arguments"]) for call in normalised] == [
         json.loads(c["arguments"]) for c in calls
@@ -146,7 +147,7 @@ def test_bad_rows_raise_row_error_naming_the_field(
     row = copy.deepcopy(rows[0])
     breaks(row)
     with pytest.raises(RowError) as caught:
-        hooks.convert_row(ENV, row)
+        converted_row(hooks.environments.get(ENV), row)
     assert str(caught.value).startswith(field), str(caught.value)
 
 
@@ -154,14 +155,14 @@ def test_other_environments_keep_the_reference_conversion(hooks: Hooks, rows: li
     row = copy.deepcopy(rows[0])
     row["ground_truth"] = json.dumps(row["ground_truth"])
     # Only workplace_assistant rows are checked and normalised; others get the built-in converter as is.
-    assert hooks.convert_row("some_other_env", row)["metadata"]["ground_truth"] == row["ground_truth"]
+    assert converted_row(hooks.environments.get("some_other_env"), row)["metadata"]["ground_truth"] == row["ground_truth"]
 
 
 def test_run_body_carries_the_normalised_verifier_fields(hooks: Hooks, rows: list[dict[str, Any]]) -> None:
-    relax_row = hooks.convert_row(ENV, copy.deepcopy(rows[1]))
+    relax_row = converted_row(hooks.environments.get(ENV), copy.deepcopy(rows[1]))
     task = {"messages": relax_row["input"], "metadata": copy.deepcopy(relax_row["metadata"])}
     task["metadata"]["ground_truth"] = json.dumps(rows[1]["ground_truth"])  # e.g. an older converter's row
-    body = hooks.build_run_body(ENV, task, Generation(), ROLLOUT)
+    body = hooks.environments.get(ENV).build_run_body(task, Generation(), ROLLOUT)
     assert body["ground_truth"] == rows[1]["ground_truth"]
     assert body["responses_create_params"]["tools"] == rows[1]["responses_create_params"]["tools"]
     assert (body["_ng_task_index"], body["_ng_rollout_index"]) == (f"{7:032x}", "0")
@@ -171,16 +172,16 @@ def test_run_body_carries_the_normalised_verifier_fields(hooks: Hooks, rows: lis
 def test_a_raw_row_passed_through_as_task_is_normalised_too(hooks: Hooks, rows: list[dict[str, Any]]) -> None:
     raw = copy.deepcopy(rows[0])
     raw["ground_truth"] = json.dumps(raw["ground_truth"])
-    body = hooks.build_run_body(ENV, raw, Generation(), ROLLOUT)
+    body = hooks.environments.get(ENV).build_run_body(raw, Generation(), ROLLOUT)
     assert body["ground_truth"] == rows[0]["ground_truth"]
 
 
 def test_a_task_with_unusable_ground_truth_is_refused_before_the_run(
     hooks: Hooks, rows: list[dict[str, Any]]
 ) -> None:
-    relax_row = hooks.convert_row(ENV, copy.deepcopy(rows[0]))
+    relax_row = converted_row(hooks.environments.get(ENV), copy.deepcopy(rows[0]))
     relax_row["metadata"]["ground_truth"] = "reply to carlos"
     with pytest.raises(RowError, match=r"^ground_truth"):
-        hooks.build_run_body(
-            ENV, {"messages": relax_row["input"], "metadata": relax_row["metadata"]}, Generation(), ROLLOUT
+        hooks.environments.get(ENV).build_run_body(
+            {"messages": relax_row["input"], "metadata": relax_row["metadata"]}, Generation(), ROLLOUT
         )

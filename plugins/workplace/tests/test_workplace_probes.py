@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import Hooks, VerifierProbe, make_plugin_manager
+from relax_gym_core.plugin import Hooks, VerifierProbe, make_plugin_manager
 
 from relax_gym_workplace import plugin
 from relax_gym_workplace.data import example_rows
@@ -41,11 +41,11 @@ def _by_kind(row: dict[str, Any]) -> dict[str, VerifierProbe]:
 
 
 def test_every_example_row_gets_every_kind_of_probe(hooks: Hooks, rows: list[dict[str, Any]]) -> None:
-    probes = hooks.verifier_probes(ENV)
+    probes = list(hooks.environments.get(ENV).verifier_probes())
     assert [probe.name for probe in probes] == [f"{row['id']}:{kind}" for row in rows for kind in KINDS]
     for probe in probes:
         assert probe.expected_reward == KINDS[probe.name.split(":", 1)[1]]
-    assert hooks.verifier_probes("some_other_env") == []
+    assert list(hooks.environments.get("some_other_env").verifier_probes()) == []
 
 
 def test_probe_outputs_are_model_answers(rows: list[dict[str, Any]]) -> None:

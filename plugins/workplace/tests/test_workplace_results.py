@@ -6,8 +6,8 @@ import copy
 from typing import Any
 
 import pytest
-from relax_gym_core.environments import EnvironmentFailure, Hooks, make_plugin_manager
 from relax_gym_core.errors import ConfigError
+from relax_gym_core.plugin import EnvironmentFailure, Hooks, make_plugin_manager
 from relax_gym_core.protocol import TrialStatus
 from relax_gym_core.testing import check_result_mapping
 
@@ -61,7 +61,7 @@ def test_turns_count_model_responses(output: list[dict[str, Any]], turns: int) -
 
 
 def test_a_verified_run_keeps_reward_status_and_counts(hooks: Hooks) -> None:
-    result = hooks.map_result(ENV, copy.deepcopy(REAL_BODY))
+    result = hooks.environments.get(ENV).map_result(copy.deepcopy(REAL_BODY))
     assert result.status is TrialStatus.COMPLETED
     assert result.reward == 1.0
     assert result.metrics == {
@@ -74,7 +74,7 @@ def test_a_verified_run_keeps_reward_status_and_counts(hooks: Hooks) -> None:
 
 
 def test_a_zero_reward_is_a_score_and_truncation_is_kept(hooks: Hooks) -> None:
-    result = hooks.map_result(ENV, {**copy.deepcopy(REAL_BODY), "reward": 0.0, "truncated": True})
+    result = hooks.environments.get(ENV).map_result({**copy.deepcopy(REAL_BODY), "reward": 0.0, "truncated": True})
     assert result.status is TrialStatus.TRUNCATED
     assert result.reward == 0.0
     assert result.metrics["turns"] == 3
@@ -94,7 +94,7 @@ FAILURES: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("case", sorted(FAILURES))
 def test_an_unverified_answer_is_an_environment_failure(hooks: Hooks, case: str) -> None:
     with pytest.raises(EnvironmentFailure) as caught:
-        hooks.map_result(ENV, copy.deepcopy(FAILURES[case]))
+        hooks.environments.get(ENV).map_result(copy.deepcopy(FAILURES[case]))
     assert caught.value.kind == "verifier_error"
 
 
@@ -104,6 +104,6 @@ def test_result_mapping_contract(hooks: Hooks) -> None:
 
 def test_other_environments_keep_the_reference_mapping(hooks: Hooks) -> None:
     # The reference mapping leaves a missing reward None; ours would raise: it answers only for workplace.
-    assert hooks.map_result("some_other_env", {"response": {"output": []}}).reward is None
+    assert hooks.environments.get("some_other_env").map_result({"response": {"output": []}}).reward is None
     with pytest.raises(ConfigError):
-        hooks.cleanup_contract("some_other_env")
+        hooks.environments.get("some_other_env").cleanup

@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 from attrs import define, field
-from relax_gym_core.environments import Hooks, make_plugin_manager, verify_body
+from relax_gym_core.plugin import converted_row
 from relax_gym_core.gym.release import observability_wanted
+from relax_gym_core.plugin import Hooks, make_plugin_manager, verify_body
 from relax_gym_core.protocol import Generation
 from relax_gym_core.testing import check_probes
 from starlette.applications import Starlette
@@ -151,7 +152,7 @@ def test_every_probe_gets_its_expected_reward_from_the_real_verifier(stack: Stac
         reward: float = answer.json()["reward"]
         return reward
 
-    assert len(hooks.verifier_probes(ENV)) == 25  # 5 kinds x 5 example rows: none silently dropped
+    assert len(list(hooks.environments.get(ENV).verifier_probes())) == 25  # 5 kinds x 5 example rows: none silently dropped
     check_probes(hooks, ENV, verify)
 
 
@@ -282,14 +283,14 @@ def test_a_run_through_the_real_agent_is_scored_and_leaves_nothing(
         return message_only("done")
 
     stack.model.script = script
-    relax_row = hooks.convert_row(ENV, copy.deepcopy(row))
+    relax_row = converted_row(hooks.environments.get(ENV), copy.deepcopy(row))
     task = {"messages": relax_row["input"], "metadata": relax_row["metadata"]}
-    body = hooks.build_run_body(ENV, task, Generation(), rollout_id)
+    body = hooks.environments.get(ENV).build_run_body(task, Generation(), rollout_id)
     body["responses_create_params"]["metadata"] = {"relax_gym_rollout": rollout_id}  # as the gateway does
     with client(stack.agent) as c:
         answer = c.post("/run", json=body)
     assert answer.status_code == 200, answer.text
-    result = hooks.map_result(ENV, answer.json())
+    result = hooks.environments.get(ENV).map_result(answer.json())
     assert result.reward == 1.0
     assert result.metrics["turns"] == 3
     assert (result.metrics["tool_calls"], result.metrics["tool_outputs"]) == (2, 2)
@@ -309,13 +310,13 @@ def test_a_run_through_the_real_agent_is_scored_and_leaves_nothing(
 def test_a_run_that_does_nothing_scores_zero(stack: Stack, hooks: Hooks, rows: list[dict[str, Any]]) -> None:
     rollout_id = new_rollout()
     stack.model.script = lambda _body: message_only("idle")
-    relax_row = hooks.convert_row(ENV, copy.deepcopy(rows[2]))
-    body = hooks.build_run_body(
-        ENV, {"messages": relax_row["input"], "metadata": relax_row["metadata"]}, Generation(), rollout_id
+    relax_row = converted_row(hooks.environments.get(ENV), copy.deepcopy(rows[2]))
+    body = hooks.environments.get(ENV).build_run_body(
+        {"messages": relax_row["input"], "metadata": relax_row["metadata"]}, Generation(), rollout_id
     )
     with client(stack.agent) as c:
         answer = c.post("/run", json=body)
     assert answer.status_code == 200, answer.text
-    result = hooks.map_result(ENV, answer.json())
+    result = hooks.environments.get(ENV).map_result(answer.json())
     assert (result.reward, result.metrics["turns"]) == (0.0, 1)
     assert is_clean(stack, rollout_id) is True

@@ -7,13 +7,13 @@ from typing import Any
 
 # Where an un-prefixed model call carries its trial's rollout id (relax_gym_core.protocol.bridge says
 # why). The tag never goes upstream.
-from relax_gym_core.protocol import ROLLOUT_TAG, rollout_id_of
+from relax_gym_core.protocol import ROLLOUT_TAG, tag_of
 
 __all__ = ["ROLLOUT_TAG", "repair_responses", "rollout_id_from_body", "upstream_body"]
 
 
 def rollout_id_from_body(body: dict[str, Any]) -> str | None:
-    return rollout_id_of(body.get("metadata"))
+    return tag_of(body)
 
 
 def upstream_body(body: dict[str, Any], *, model: str, sampling_params: dict[str, Any]) -> dict[str, Any]:

@@ -10,21 +10,21 @@ from pathlib import Path
 from typing import IO
 
 from relax_gym_core.commands.jsonl import atomic_output, check_distinct, encode, open_source, read_rows
-from relax_gym_core.environments import Hooks, make_plugin_manager
 from relax_gym_core.errors import ConversionError, PluginError, RowError
+from relax_gym_core.plugin import EnvironmentDefinition, Hooks, converted_row, make_plugin_manager
 
 
 def _write_rows(
-    hooks: Hooks, environment: str, path: Path, source: IO[bytes], sink: IO[bytes], *, limit: int | None
+    environment: EnvironmentDefinition, path: Path, source: IO[bytes], sink: IO[bytes], *, limit: int | None
 ) -> int:
     count = 0
     for number, row in read_rows(path, source):
         try:
-            converted = hooks.convert_row(environment, row)
+            converted = converted_row(environment, row)
         except (RowError, PluginError) as exc:  # PluginError: the plugin broke the Relax row shape
             raise ConversionError(f"{path}:{number}: {exc}") from None
         except Exception as exc:  # a plugin bug: keep its traceback, say where it happened
-            exc.add_note(f"while converting {path}:{number} for environment {environment!r}")
+            exc.add_note(f"while converting {path}:{number} for environment {environment.name!r}")
             raise
         sink.write(encode(path, number, converted))
         count += 1
@@ -38,18 +38,18 @@ def _write_rows(
 def convert_file(
     hooks: Hooks, environment: str, input_path: Path, output_path: Path, *, limit: int | None = None
 ) -> int:
-    """Convert each row of `input_path` with convert_row(environment, row) into `output_path`.
+    """Convert each row of `input_path` with the environment's convert_row into `output_path`.
 
     Returns the number of rows written. Raises ConversionError (or UnknownEnvironmentError) on the first
     problem; then the temporary file is gone and an existing output is left as it was.
     """
     if limit is not None and limit < 1:
         raise ConversionError("--limit must be greater than zero")
-    hooks.environments.get(environment)  # UnknownEnvironmentError names the installed ones
+    definition = hooks.environments.get(environment)  # UnknownEnvironmentError names the installed ones
     with open_source(input_path) as source:
         check_distinct(input_path, output_path)
         with atomic_output(output_path) as sink:
-            return _write_rows(hooks, environment, input_path, source, sink, limit=limit)
+            return _write_rows(definition, input_path, source, sink, limit=limit)
 
 
 def convert(environment: str, input_path: str, output_path: str, *, limit: int | None = None) -> str:

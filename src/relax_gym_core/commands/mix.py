@@ -19,9 +19,9 @@ from typing import Any
 from attrs import frozen
 
 from relax_gym_core.commands.jsonl import atomic_output, check_distinct, encode, open_source, read_rows
-from relax_gym_core.environments import Hooks, make_plugin_manager
-from relax_gym_core.environments.definitions import relax_row_problem
 from relax_gym_core.errors import ConversionError
+from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.plugin.environment import relax_row_problem
 
 DEFAULT_SEED = 20260829  # the seed recipe's, so a mix made here matches one made by its script
 ROUTE_KEYS = ("environment", "config")  # the metadata keys the thin client routes by
@@ -103,7 +103,7 @@ def mix_files(
         with open_source(source.path) as stream:
             for number, row in read_rows(source.path, stream):
                 tagged = _tagged(source, number, row)
-                reason = hooks.drop_reason(source.environment, tagged)
+                reason = hooks.environments.get(source.environment).drop_reason(tagged)
                 if reason is not None:
                     dropped[(source.environment, reason)] += 1
                     continue

@@ -18,7 +18,9 @@ from typing import Any
 import httpx
 from attrs import frozen
 
-from relax_gym_core.environments import (
+from relax_gym_core.errors import ConfigError
+from relax_gym_core.gym.processes import free_ports, run_gym_servers
+from relax_gym_core.plugin import (
     EnvironmentDefinition,
     Hooks,
     NemoGymServer,
@@ -26,8 +28,6 @@ from relax_gym_core.environments import (
     make_plugin_manager,
     verify_body,
 )
-from relax_gym_core.errors import ConfigError
-from relax_gym_core.gym.processes import free_ports, run_gym_servers
 
 VERIFY_TIMEOUT_S = 120.0
 
@@ -87,7 +87,7 @@ def run_probes(
     """Score every verifier probe of `environment` with its real resources server: one started here, or
     the one already running at `verifier_url` (a deployment's, checked without starting anything)."""
     definition = hooks.environments.get(environment)  # names what is installed when unknown
-    probes = hooks.verifier_probes(environment)
+    probes = list(definition.verifier_probes())
     if not probes:
         raise ConfigError(f"environment {environment!r} has no verifier probes (its plugin returns none)")
     if verifier_url is not None:

@@ -54,8 +54,8 @@ from relax_gym_core.commands.rollout_store import (
     write_summary,
 )
 from relax_gym_core.commands.rollout_summary import summarize
-from relax_gym_core.environments import Hooks, make_plugin_manager
 from relax_gym_core.errors import ConfigError, RelaxGymError
+from relax_gym_core.plugin import Hooks, make_plugin_manager
 from relax_gym_core.protocol import InterruptPolicy
 from relax_gym_core.protocol.types import split_http_url
 

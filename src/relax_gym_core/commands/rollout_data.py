@@ -17,9 +17,9 @@ from attrs import frozen
 
 from relax_gym_core.commands.jsonl import open_source, read_rows
 from relax_gym_core.commands.mix import ROUTE_KEYS
-from relax_gym_core.environments import Hooks
-from relax_gym_core.environments.definitions import relax_row_problem
 from relax_gym_core.errors import ConversionError
+from relax_gym_core.plugin import Hooks, converted_row
+from relax_gym_core.plugin.environment import relax_row_problem
 
 ECHO = "echo"  # the built-in environment: no plugin registers it, every gateway can serve it
 
@@ -156,13 +156,13 @@ def example_rows(hooks: Hooks, environment: str) -> list[dict[str, Any]]:
     definition = hooks.environments.get(environment)
     seen: set[str] = set()
     rows: list[dict[str, Any]] = []
-    for probe in hooks.verifier_probes(environment):
+    for probe in definition.verifier_probes():
         raw = dict(probe.row)
         key = row_digest(raw)
         if key in seen:
             continue
         seen.add(key)
-        converted = hooks.convert_row(environment, raw)
+        converted = converted_row(definition, raw)
         metadata = {**converted["metadata"], "environment": environment, "config": definition.configs[0]}
         rows.append({"input": converted["input"], "metadata": metadata})
     return rows

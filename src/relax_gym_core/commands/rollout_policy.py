@@ -17,8 +17,8 @@ from typing import Any, Literal
 import httpx
 from attrs import field, frozen
 
-from relax_gym_core.environments import Hooks
 from relax_gym_core.errors import ConfigError
+from relax_gym_core.plugin import Hooks
 from relax_gym_core.protocol import ModelEndpoint
 from relax_gym_core.protocol.types import split_http_url
 
@@ -170,7 +170,8 @@ def oracle_policy(hooks: Hooks, environments: Iterable[str], spec: OracleSpec, s
             f"--policy oracle serves a policy: pip install 'relax-gym-core[gateway]' ({exc})"
         ) from None
 
-    probes = [probe for name in sorted(set(environments)) for probe in hooks.verifier_probes(name)]
+    known = [hooks.environments.lookup(name) for name in sorted(set(environments))]
+    probes = [probe for environment in known for probe in environment.verifier_probes()]
     good, bad = OracleScript(probes, reward=1.0), OracleScript(probes, reward=0.0)
 
     def answer(request: RecordedRequest) -> ScriptedReply:

@@ -26,8 +26,6 @@ from attrs import frozen
 
 from relax_gym_core.bridge import CallbackPolicy
 from relax_gym_core.commands.serve import close_state, listen, open_state
-from relax_gym_core.environments import EnvironmentDefinition, Hooks, make_plugin_manager
-from relax_gym_core.environments.registry import RuntimeFactory
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gateway import EnvironmentSpec, GatewaySettings, create_app
 from relax_gym_core.gateway.config import ReplicaSettings
@@ -42,6 +40,8 @@ from relax_gym_core.gym.release import (
     observability_wanted,
 )
 from relax_gym_core.gym.replicas import ReplicaHandle, ReplicaLauncher, ReplicaSpec
+from relax_gym_core.plugin import EnvironmentDefinition, make_plugin_manager
+from relax_gym_core.plugin.registry import RuntimeFactory
 from relax_gym_core.runtimes import Runtime, builtin
 from relax_gym_core.runtimes.pool import ReplicaPool, StartedReplica
 
@@ -64,7 +64,6 @@ class _At:
 
 def environment_specs(
     definitions: Sequence[EnvironmentDefinition],
-    hooks: Hooks,
     servers: Mapping[str, _Addressed],
     *,
     max_concurrency: int | None = None,
@@ -72,7 +71,7 @@ def environment_specs(
     """Gateway specs for every registered config, pointing at the servers just started (`.url` each)."""
     specs = []
     for definition in definitions:
-        contract = hooks.cleanup_contract(definition.name)
+        contract = definition.cleanup
         cleanup = contract.resolve(servers[contract.server].url if contract.server else None)
         behind_agent = definition.runtime == "nemo_gym"
         readiness = definition.readiness or tuple(server.name for server in definition.servers)
@@ -249,8 +248,11 @@ def up(
 
     def runtimes_of(handle: ReplicaHandle) -> StartedReplica:
         urls = {name: _At(url) for name, url in handle.urls.items()}
-        specs = environment_specs(definitions, hooks, urls, max_concurrency=max_concurrency)
-        runtimes: dict[tuple[str, str], Runtime] = {s.key: factories[s.runtime](s, hooks) for s in specs}
+        specs = environment_specs(definitions, urls, max_concurrency=max_concurrency)
+        by_name = {definition.name: definition for definition in definitions}
+        runtimes: dict[tuple[str, str], Runtime] = {
+            s.key: factories[s.runtime](s, by_name[s.environment]) for s in specs
+        }
         return StartedReplica(handle, runtimes)
 
     def replacement(name: str) -> StartedReplica:
@@ -280,11 +282,10 @@ def up(
         # through the pool, whatever runtime its environment names.
         specs = environment_specs(
             definitions,
-            hooks,
             {n: _At(u) for n, u in handles[0].urls.items()},
             max_concurrency=max_concurrency,
         )
-        pooled: RuntimeFactory = lambda s, _hooks: pool.runtime_for(s.key)  # noqa: E731
+        pooled: RuntimeFactory = lambda s, _environment: pool.runtime_for(s.key)  # noqa: E731
         state_where, store = state
         settings = GatewaySettings.from_env(
             specs,

@@ -16,9 +16,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from relax_gym_core.bridge import UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply
-from relax_gym_core.environments import Hooks, make_plugin_manager
-from relax_gym_core.environments.registry import RuntimeFactory
-from relax_gym_core.environments.specs import EnvironmentSpec, environments_document
 from relax_gym_core.errors import ConfigError, RelaxGymError
 from relax_gym_core.gateway.auth import bearer_auth
 from relax_gym_core.gateway.config import GatewaySettings
@@ -27,6 +24,9 @@ from relax_gym_core.gateway.limits import limit_bodies
 from relax_gym_core.gateway.metrics import GatewayMetrics
 from relax_gym_core.gateway.openapi import build_openapi
 from relax_gym_core.observe import Observer, Observers
+from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.plugin.registry import RuntimeFactory
+from relax_gym_core.plugin.specs import EnvironmentSpec, environments_document
 from relax_gym_core.protocol import (
     PROTOCOL_VERSION,
     ROLLOUT_TAG,
@@ -177,7 +177,9 @@ def create_app(
 ) -> Starlette:
     """Build the gateway. Raises ConfigError before anything starts if a spec names an unknown runtime.
 
-    `hooks` (installed plugins) shape NeMo Gym /run bodies and results; without it the reference rules apply.
+    `hooks` (installed plugins) give each spec's environment object (its /run bodies and results, looked
+    up once here) and plugin runtimes; an environment no plugin registers (or no `hooks`) runs the
+    reference's way.
     `observers` see every trial transition and every bridged model call (relax_gym_core.observe).
     Without `store`, trials live where settings.state_dir says (the ledger there is locked until the
     app's lifespan ends).
@@ -195,7 +197,7 @@ def create_app(
                 f"environment config {spec.config!r}: runtime {spec.runtime!r} is not available "
                 f"(available: {', '.join(sorted(factories))})"
             )
-        runtimes[spec.key] = factory(spec, hooks)
+        runtimes[spec.key] = factory(spec, hooks.environments.lookup(spec.environment))
     pools = list({id(r.pool): r.pool for r in runtimes.values() if isinstance(r, PoolRuntime)}.values())
     metrics.watch_replicas(pools)
     if store is None:

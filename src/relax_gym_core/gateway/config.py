@@ -1,7 +1,7 @@
 """Gateway configuration: where the environment specs come from, and settings from the environment.
 
 Every problem is a ConfigError naming the source (variable or file) and the key; the specs themselves
-are relax_gym_core.environments.specs.
+are relax_gym_core.plugin.specs.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 from attrs import field, frozen
 
 from relax_gym_core.bridge.allowlist import CallbackPolicy
-from relax_gym_core.environments.specs import EnvironmentSpec, parse_environments
 from relax_gym_core.errors import ConfigError
+from relax_gym_core.plugin.specs import EnvironmentSpec, parse_environments
 
 # Names of relax_gym_core.bridge.UPSTREAM_CLIENTS, kept here so reading settings imports no HTTP client.
 UPSTREAM_CLIENT_NAMES = ("pyreqwest", "aiohttp", "httpx")

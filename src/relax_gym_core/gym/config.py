@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from relax_gym_core.environments.definitions import EnvironmentDefinition, NemoGymServer
-
-POLICY_MODEL = "policy_model"  # the model server name NeMo Gym agents call; here it is our gateway
+from relax_gym_core.plugin.environment import EnvironmentDefinition
+from relax_gym_core.plugin.servers import POLICY_MODEL, NemoGymServer
 
 
 def servers_of(definitions: Iterable[EnvironmentDefinition]) -> list[NemoGymServer]:

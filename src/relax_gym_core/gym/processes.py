@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 from attrs import frozen
 
-from relax_gym_core.environments.definitions import NemoGymServer
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import merged_config
 from relax_gym_core.gym.installed import PYTHON_VAR
@@ -33,6 +32,7 @@ from relax_gym_core.gym.release import (
     observability_wanted,
 )
 from relax_gym_core.gym.spawn import ServerProcess, spawn_server
+from relax_gym_core.plugin.servers import NemoGymServer
 
 __all__ = [
     "DEFAULT_PYTHON",

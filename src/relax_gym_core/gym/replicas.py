@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from attrs import field, frozen
 
-from relax_gym_core.environments.definitions import NemoGymServer
+from relax_gym_core.plugin.servers import NemoGymServer
 
 __all__ = ["ReplicaHandle", "ReplicaLauncher", "ReplicaSpec"]
 

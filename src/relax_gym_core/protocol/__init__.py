@@ -7,8 +7,8 @@ from relax_gym_core.protocol.bridge import (
     ROLLOUT_TAG,
     TASK_INDEX,
     bridge_url,
-    rollout_id_of,
     run_indices,
+    tag_of,
 )
 from relax_gym_core.protocol.converter import (
     converter,
@@ -56,9 +56,9 @@ __all__ = [
     "parse_create_request",
     "parse_snapshot",
     "request_to_wire",
-    "rollout_id_of",
     "run_indices",
     "structure",
+    "tag_of",
     "unknown_keys",
     "unstructure",
 ]

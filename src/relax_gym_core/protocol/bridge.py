@@ -9,18 +9,23 @@ observability on (and as agents given one base URL, such as Claude Code, are con
 /run body's ``responses_create_params.metadata``, and NeMo Gym 0.4.0's simple_agent resends that metadata
 unchanged on every model call. The tag never goes upstream.
 
-Servers that run inside the NeMo Gym environment cannot import this (relax_gym_core.protocol needs cattrs,
-which that environment lacks) and keep their own copies; tests/protocol/test_bridge_names.py pins them.
+The names are spelled once, in relax_gym_core.ingym (standard library only), because the servers that
+run inside the NeMo Gym environment need them too.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from relax_gym_core.ingym import BRIDGE_PREFIX, ROLLOUT_INDEX, ROLLOUT_TAG, TASK_INDEX, tag_of
 
-BRIDGE_PREFIX: Final = "/ng-rollout/"  # the per-trial model-call prefix (NeMo Gym's), then the rollout id
-ROLLOUT_TAG: Final = "relax_gym_rollout"  # the metadata key holding a trial's rollout id
-TASK_INDEX: Final = "_ng_task_index"  # NeMo Gym's /run body keys; the rollout id is "<task>-<rollout>"
-ROLLOUT_INDEX: Final = "_ng_rollout_index"
+__all__ = [
+    "BRIDGE_PREFIX",
+    "ROLLOUT_INDEX",
+    "ROLLOUT_TAG",
+    "TASK_INDEX",
+    "bridge_url",
+    "run_indices",
+    "tag_of",
+]
 
 
 def run_indices(rollout_id: str) -> dict[str, str]:
@@ -28,15 +33,6 @@ def run_indices(rollout_id: str) -> dict[str, str]:
     ``f"{task}-{rollout}"`` gives the id back."""
     task, _, rollout = rollout_id.rpartition("-")
     return {TASK_INDEX: task, ROLLOUT_INDEX: rollout}
-
-
-def rollout_id_of(metadata: Any) -> str | None:
-    """The rollout id in a metadata object: a non-empty string under ROLLOUT_TAG, else None
-    (metadata that is not a dict, a missing tag, or a tag that is not a non-empty string)."""
-    if not isinstance(metadata, dict):
-        return None
-    value = metadata.get(ROLLOUT_TAG)
-    return value if isinstance(value, str) and value else None
 
 
 def bridge_url(gateway_url: str, rollout_id: str) -> str:

@@ -1,6 +1,6 @@
 """Runtimes: what actually runs a trial (behind the run-adapter seam)."""
 
-from relax_gym_core.runtimes.base import (
+from relax_gym_core.plugin.runs import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
     CLEANUP_PROBE_FAILED,

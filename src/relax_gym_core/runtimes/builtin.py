@@ -5,23 +5,23 @@ these names. Each factory imports its runtime when called, so listing the names 
 
 from __future__ import annotations
 
-from relax_gym_core.environments import Hooks
-from relax_gym_core.environments.registry import RuntimeFactory
-from relax_gym_core.environments.specs import EnvironmentSpec
 from relax_gym_core.errors import PluginError
-from relax_gym_core.runtimes.base import Runtime
+from relax_gym_core.plugin import EnvironmentDefinition, Hooks
+from relax_gym_core.plugin.registry import RuntimeFactory
+from relax_gym_core.plugin.runs import Runtime
+from relax_gym_core.plugin.specs import EnvironmentSpec
 
 
-def _echo(_spec: EnvironmentSpec, _hooks: Hooks) -> Runtime:
+def _echo(_spec: EnvironmentSpec, _environment: EnvironmentDefinition) -> Runtime:
     from relax_gym_core.runtimes.echo import EchoRuntime  # noqa: PLC0415
 
     return EchoRuntime()
 
 
-def _nemo_gym(spec: EnvironmentSpec, hooks: Hooks) -> Runtime:
+def _nemo_gym(spec: EnvironmentSpec, environment: EnvironmentDefinition) -> Runtime:
     from relax_gym_core.runtimes.nemo_gym import NemoGymRuntime  # noqa: PLC0415
 
-    return NemoGymRuntime(spec, hooks)
+    return NemoGymRuntime(spec, environment)
 
 
 BUILTIN_RUNTIMES: dict[str, RuntimeFactory] = {"echo": _echo, "nemo_gym": _nemo_gym}

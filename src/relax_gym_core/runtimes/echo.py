@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from relax_gym_core.errors import RunError
-from relax_gym_core.runtimes.base import CLEANUP_CONFIRMED, CleanupResult, RunContext, RunHandle, RunResult
+from relax_gym_core.plugin.runs import CLEANUP_CONFIRMED, CleanupResult, RunContext, RunHandle, RunResult
 
 if TYPE_CHECKING:
     import httpx
@@ -37,6 +37,8 @@ def _model_request(api: str, messages: list[Any], stream: bool) -> dict[str, Any
 
 class _NothingToRelease:
     """An echo run allocates nothing outside the gateway: every cleanup step is confirmed at once."""
+
+    placement = None  # in this process: nowhere to choose
 
     async def abort(self) -> CleanupResult:
         return CLEANUP_CONFIRMED
@@ -117,7 +119,7 @@ class EchoRuntime:
             client = self._client
         return EchoHandle(context, client)
 
-    def handle_for(self, rollout_id: str) -> RunHandle:
+    def handle_for(self, rollout_id: str, placement: str | None = None) -> RunHandle:
         return EchoRestored()
 
     async def ready(self) -> bool:

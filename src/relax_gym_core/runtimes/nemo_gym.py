@@ -19,10 +19,9 @@ from typing import Any
 
 import aiohttp
 
-from relax_gym_core.environments import Hooks
-from relax_gym_core.environments.specs import EnvironmentSpec
 from relax_gym_core.errors import AgentRunError, ConfigError
-from relax_gym_core.runtimes.base import (
+from relax_gym_core.plugin import EnvironmentDefinition
+from relax_gym_core.plugin.runs import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
     CLEANUP_PROBE_FAILED,
@@ -32,12 +31,15 @@ from relax_gym_core.runtimes.base import (
     RunHandle,
     RunResult,
 )
+from relax_gym_core.plugin.specs import EnvironmentSpec
 
 logger = logging.getLogger("relax_gym.nemo_gym")
 
 
 class NemoGymRun:
     """One /run call, or (call None) a run of an earlier gateway process, known by its rollout id only."""
+
+    placement = None  # one agent: nowhere to choose
 
     def __init__(self, runtime: NemoGymRuntime, call: asyncio.Future[Any] | None, rollout_id: str) -> None:
         self._runtime = runtime
@@ -48,7 +50,7 @@ class NemoGymRun:
         if self._call is None:
             raise AgentRunError("a run of an earlier gateway process cannot be waited for")
         body = await self._call
-        return self._runtime.hooks.map_result(self._runtime.environment, body)
+        return self._runtime.environment.map_result(body)
 
     async def _post(self, template: str | None) -> CleanupResult | None:
         """POST a cleanup endpoint; None when it was accepted (proof still needs the probe)."""
@@ -95,11 +97,10 @@ class NemoGymRun:
 class NemoGymRuntime:
     """Runs trials of one registered (environment, config) on a NeMo Gym agent."""
 
-    def __init__(self, spec: EnvironmentSpec, hooks: Hooks) -> None:
+    def __init__(self, spec: EnvironmentSpec, environment: EnvironmentDefinition) -> None:
         if spec.agent_url is None:
             raise ConfigError(f"environment config {spec.config!r}: the nemo_gym runtime needs an agent_url")
-        self.environment = spec.environment
-        self.hooks = hooks
+        self.environment = environment  # its methods shape each run's body and result: looked up once
         self.cleanup = spec.cleanup
         self._run_url = f"{spec.agent_url.rstrip('/')}/run"
         self._readiness_urls = spec.readiness_urls
@@ -118,8 +119,8 @@ class NemoGymRuntime:
 
     def run_body(self, context: RunContext) -> dict[str, Any]:
         request = context.request
-        body = self.hooks.build_run_body(
-            self.environment, request.environment.task, request.generation, context.rollout_id
+        body = self.environment.build_run_body(
+            request.environment.task, request.generation, context.rollout_id
         )
         params = body.setdefault("responses_create_params", {})
         metadata = params.get("metadata")
@@ -131,7 +132,7 @@ class NemoGymRuntime:
         call = asyncio.ensure_future(self._post_run(body))
         return NemoGymRun(self, call, context.rollout_id)
 
-    def handle_for(self, rollout_id: str) -> RunHandle:
+    def handle_for(self, rollout_id: str, placement: str | None = None) -> RunHandle:
         return NemoGymRun(self, None, rollout_id)  # the cleanup contract's URLs, with this rollout id
 
     async def _post_run(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,8 @@ import aiohttp
 from attrs import frozen
 
 from relax_gym_core.errors import EnvironmentFailure, ReplicaLostError
-from relax_gym_core.runtimes.base import (
+from relax_gym_core.plugin.environment import EnvKey
+from relax_gym_core.plugin.runs import (
     CLEANUP_CONFIRMED,
     CLEANUP_UNVERIFIED,
     CleanupResult,
@@ -48,7 +49,7 @@ from relax_gym_core.runtimes.base import (
 
 logger = logging.getLogger("relax_gym.replicas")
 
-type EnvKey = tuple[str, str]
+
 UNAVAILABLE = "replica_unavailable"  # the kind of a run no healthy replica could take
 PROBE_TIMEOUT_S = 10.0  # one GET / of one server
 
@@ -175,6 +176,7 @@ class _GoneReplica:
     """A run of an earlier gateway process on a replica that went with it: nobody can prove its cleanup."""
 
     unreachable = True  # recovery records `unverified` at once instead of retrying (trials/recovery.py)
+    placement = None
 
     async def wait(self) -> RunResult:
         raise ReplicaLostError("the replica that ran this run is gone")
@@ -192,6 +194,8 @@ class _GoneReplica:
 class _EveryReplica:
     """A run of an earlier gateway process: which replica ran it is not known here, so its cleanup goes
     to every healthy replica and is confirmed only when all of them confirm it (by rollout id)."""
+
+    placement = None
 
     def __init__(self, handles: list[RunHandle]) -> None:
         self._handles = handles

@@ -26,24 +26,24 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, get_args
 
-from relax_gym_core.environments import (
+from relax_gym_core.errors import PluginError
+from relax_gym_core.plugin import (
     EnvironmentDefinition,
     EnvironmentFailure,
     Hooks,
     RowError,
+    converted_row,
 )
-from relax_gym_core.environments.definitions import ServerKind
-from relax_gym_core.errors import PluginError
+from relax_gym_core.plugin.runs import RunResult
+from relax_gym_core.plugin.servers import ServerKind
 from relax_gym_core.protocol import Generation
 from relax_gym_core.protocol.jsonutil import is_finite_json
-from relax_gym_core.runtimes.base import RunResult
 from relax_gym_core.runtimes.builtin import BUILTIN_RUNTIMES
 
 type Verify = Callable[[dict[str, Any], list[dict[str, Any]]], float]
 
 # Keys the built-in converter changes on purpose: GSM8K's expected_answer is stringified.
 REFERENCE_NORMALISED: frozenset[str] = frozenset({"expected_answer"})
-_FOREIGN = "relax-gym-conformance.not-registered"
 _SERVER_CLASS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _SERVER_KINDS = frozenset(get_args(ServerKind.__value__))
 _ROLLOUT_ID = "{rollout_id}"
@@ -111,8 +111,8 @@ def _definition_problems(definition: EnvironmentDefinition) -> list[str]:
     return problems + _server_problems(definition)
 
 
-def _cleanup_problems(hooks: Hooks, definition: EnvironmentDefinition) -> list[str]:
-    contract = hooks.cleanup_contract(definition.name)  # ConfigError when nobody answers
+def _cleanup_problems(definition: EnvironmentDefinition) -> list[str]:
+    contract = definition.cleanup
     paths = {
         "abort_path": contract.abort_path,
         "force_path": contract.force_path,
@@ -121,68 +121,27 @@ def _cleanup_problems(hooks: Hooks, definition: EnvironmentDefinition) -> list[s
     if contract.stateless:
         set_paths = [key for key, path in paths.items() if path is not None]
         if contract.server is not None or set_paths:
-            return [f"cleanup_contract is stateless but also names {contract.server=!r} {set_paths}"]
+            return [f"cleanup is stateless but also names {contract.server=!r} {set_paths}"]
         return []
     problems: list[str] = []
     names = [server.name for server in definition.servers]
     if contract.server not in names:
-        problems.append(f"cleanup_contract.server {contract.server!r} is not one of its servers {names!r}")
+        problems.append(f"cleanup.server {contract.server!r} is not one of its servers {names!r}")
     if contract.probe_path is None:
-        problems.append("a stateful cleanup_contract needs a probe_path to prove a run released")
+        problems.append("a stateful cleanup contract needs a probe_path to prove a run released")
     for key, path in paths.items():
         if path is not None and (not path.startswith("/") or _ROLLOUT_ID not in path):
-            problems.append(
-                f"cleanup_contract.{key} {path!r} must be an absolute path containing {_ROLLOUT_ID}"
-            )
-    return problems
-
-
-def _foreign_answers(hooks: Hooks, plugin: str) -> list[str]:
-    """Per-environment hooks of `plugin` must return None for an environment it does not own."""
-    arguments: dict[str, Any] = {
-        "environment": _FOREIGN,
-        "row": {"responses_create_params": {"input": [{"role": "user", "content": "hi"}]}},
-        "task": {"messages": [{"role": "user", "content": "hi"}], "metadata": {}},
-        "generation": Generation(),
-        "rollout_id": f"{0:032x}-0",
-        "body": {"reward": 1.0, "response": {"output": []}},
-    }
-    problems: list[str] = []
-    for hook in (
-        "convert_row",
-        "drop_reason",
-        "build_run_body",
-        "verifier_probes",
-        "cleanup_contract",
-        "map_result",
-    ):
-        for impl in getattr(hooks.pm.hook, hook).get_hookimpls():
-            if impl.plugin_name != plugin or impl.wrapper or impl.hookwrapper:
-                continue
-            try:
-                answer = impl.function(*(copy.deepcopy(arguments[name]) for name in impl.argnames))
-            except Exception as exc:  # noqa: BLE001 - any exception here is the finding
-                problems.append(
-                    f"{hook} raised {type(exc).__name__} for environment {_FOREIGN!r}, which it does not "
-                    "own: return None for other plugins' environments"
-                )
-                continue
-            if answer is not None:
-                problems.append(
-                    f"{hook} answered for environment {_FOREIGN!r}, which it does not own: return None "
-                    "for other plugins' environments (firstresult hooks would hijack them)"
-                )
+            problems.append(f"cleanup.{key} {path!r} must be an absolute path containing {_ROLLOUT_ID}")
     return problems
 
 
 def check_registration(hooks: Hooks, environment: str, *, installed: bool = True) -> EnvironmentDefinition:
     """The environment is registered with a runnable definition by an identifiable plugin.
 
-    Checks the definition (configs, servers, agent, readiness, limits, a registered runtime), the
-    plugin's cleanup_contract for it (stateless, or a server and a probe path with "{rollout_id}"),
-    that the plugin's hooks stay silent for environments it does not own, and, unless `installed` is
-    False (plugins registered in-process by a test), that the plugin came from a distribution with a
-    name and version.
+    Checks the definition (configs, servers, agent, readiness, limits, a registered runtime), its
+    cleanup contract (stateless, or a server and a probe path with "{rollout_id}"), and, unless
+    `installed` is False (plugins registered in-process by a test), that the plugin came from a
+    distribution with a name and version.
     Returns the definition.
     """
     definition = hooks.environments.get(environment)  # UnknownEnvironmentError names what is installed
@@ -195,8 +154,7 @@ def check_registration(hooks: Hooks, environment: str, *, installed: bool = True
             f"runtime {definition.runtime!r} is not registered (registered: {registered}); "
             "register it with the register_runtimes hook"
         )
-    problems += _cleanup_problems(hooks, definition)
-    problems += _foreign_answers(hooks, owner)
+    problems += _cleanup_problems(definition)
     info = hooks.owner(environment)
     if installed and (info is None or not info.distribution or not info.version):
         problems.append(
@@ -225,8 +183,7 @@ def _params_problems(
 
 
 def _round_trip_problems(
-    hooks: Hooks,
-    environment: str,
+    environment: EnvironmentDefinition,
     *,
     row: Mapping[str, Any],
     converted: dict[str, Any],
@@ -236,7 +193,7 @@ def _round_trip_problems(
     task = {"messages": converted["input"], "metadata": converted["metadata"]}
     sent = copy.deepcopy(task)
     task_index = f"{index:032x}"
-    body = hooks.build_run_body(environment, sent, Generation(), f"{task_index}-0")
+    body = environment.build_run_body(sent, Generation(), f"{task_index}-0")
     problems: list[str] = []
     if sent != task:
         problems.append("build_run_body mutated the task it was given")
@@ -262,7 +219,7 @@ def _round_trip_problems(
 
 
 def _check_rejection(
-    hooks: Hooks, environment: str, rows: Sequence[Mapping[str, Any]], max_examples: int
+    environment: EnvironmentDefinition, rows: Sequence[Mapping[str, Any]], max_examples: int
 ) -> None:
     from hypothesis import HealthCheck, given, settings  # noqa: PLC0415 - only this check needs it
 
@@ -277,7 +234,7 @@ def _check_rejection(
     @given(corrupted_rows(rows))
     def broken_rows_convert_or_raise_row_error(broken: dict[str, Any]) -> None:
         try:
-            hooks.convert_row(environment, broken)  # the facade checks the row shape
+            converted_row(environment, broken)  # checks the row shape
         except RowError:
             return
         except PluginError as exc:
@@ -309,6 +266,7 @@ def check_conversion(
     corruptions of the rows must each convert or raise RowError, never another exception.
     Returns the converted rows.
     """
+    definition = hooks.environments.get(environment)
     samples = [copy.deepcopy(dict(row)) for row in rows]
     if not samples:
         raise ValueError("check_conversion needs at least one real row of the environment")
@@ -317,11 +275,11 @@ def check_conversion(
     for index, row in enumerate(samples):
         given_row = copy.deepcopy(row)
         try:
-            converted = hooks.convert_row(environment, given_row)
+            converted = converted_row(definition, given_row)
         except RowError as exc:
             problems.append(f"rows[{index}]: a good row was refused: {exc}")
             continue
-        except PluginError as exc:  # the facade refused the row shape
+        except PluginError as exc:  # the row shape is broken
             problems.append(f"rows[{index}]: {exc}")
             continue
         if given_row != row:
@@ -330,20 +288,20 @@ def check_conversion(
         problems += [
             f"rows[{index}]: {problem}"
             for problem in _round_trip_problems(
-                hooks, environment, row=row, converted=converted, index=index, normalised=normalised
+                definition, row=row, converted=converted, index=index, normalised=normalised
             )
         ]
     _fail_if(problems, f"environment {environment!r}: conversion contract broken")
-    _check_rejection(hooks, environment, samples, max_examples)
+    _check_rejection(definition, samples, max_examples)
     return converted_rows
 
 
 # ---- results ---------------------------------------------------------------------------------------------
 
 
-def _map(hooks: Hooks, environment: str, body: dict[str, Any]) -> RunResult | EnvironmentFailure:
+def _map(environment: EnvironmentDefinition, body: dict[str, Any]) -> RunResult | EnvironmentFailure:
     try:
-        result = hooks.map_result(environment, body)
+        result = environment.map_result(body)
     except EnvironmentFailure as failure:
         return failure
     if not isinstance(result, RunResult):
@@ -366,10 +324,11 @@ def check_result_mapping(
     `failure_bodies` (answers the plugin recognises as infrastructure failures) must raise
     EnvironmentFailure with a kind.
     """
+    definition = hooks.environments.get(environment)
     base = copy.deepcopy(dict(body)) if body is not None else {"response": {"output": []}}
     problems: list[str] = []
     for reward in (1.0, 0.0):
-        outcome = _map(hooks, environment, {**copy.deepcopy(base), "reward": reward})
+        outcome = _map(definition, {**copy.deepcopy(base), "reward": reward})
         if isinstance(outcome, EnvironmentFailure):
             problems.append(f"a normal body with reward {reward} raised EnvironmentFailure({outcome.kind!r})")
         elif outcome.reward != reward or isinstance(outcome.reward, bool):
@@ -381,7 +340,7 @@ def check_result_mapping(
         ("that is empty", {}),
     ):
         try:
-            outcome = _map(hooks, environment, copy.deepcopy(candidate))
+            outcome = _map(definition, copy.deepcopy(candidate))
         except ConformanceError:
             raise
         except Exception as exc:  # noqa: BLE001 - the finding is that it was not EnvironmentFailure
@@ -396,7 +355,7 @@ def check_result_mapping(
                 "(or raise EnvironmentFailure), never become a score"
             )
     for index, failure in enumerate(failure_bodies):
-        outcome = _map(hooks, environment, copy.deepcopy(dict(failure)))
+        outcome = _map(definition, copy.deepcopy(dict(failure)))
         if not isinstance(outcome, EnvironmentFailure):
             problems.append(
                 f"failure_bodies[{index}] mapped to a result with reward {outcome.reward!r} instead of "
@@ -418,7 +377,8 @@ def check_probes(hooks: Hooks, environment: str, verify: Verify, *, require_cont
     `require_contrast`, the probes must expect at least two different rewards, so a verifier that
     always answers the same number cannot pass.
     """
-    probes = hooks.verifier_probes(environment)
+    definition = hooks.environments.get(environment)
+    probes = list(definition.verifier_probes())
     if not probes:
         raise ConformanceError(f"environment {environment!r} declares no verifier probes (verifier_probes)")
     problems: list[str] = []
@@ -429,7 +389,7 @@ def check_probes(hooks: Hooks, environment: str, verify: Verify, *, require_cont
         problems.append("all probes expect the same reward: add a known-bad (or known-good) output")
     for probe in probes:
         try:
-            hooks.convert_row(environment, copy.deepcopy(dict(probe.row)))
+            converted_row(definition, copy.deepcopy(dict(probe.row)))
         except (RowError, PluginError) as exc:
             problems.append(f"probe {probe.name!r}: its row does not convert: {exc}")
         reward = verify(copy.deepcopy(dict(probe.row)), [copy.deepcopy(dict(item)) for item in probe.output])

@@ -30,14 +30,14 @@ import httpx
 from attrs import frozen
 
 from relax_gym_core.commands.probe import resources_server
-from relax_gym_core.environments import (
+from relax_gym_core.gym.processes import PYTHON_VAR, free_ports, run_gym_servers
+from relax_gym_core.plugin import (
     EnvironmentDefinition,
     Hooks,
     NemoGymServer,
     make_plugin_manager,
     verify_body,
 )
-from relax_gym_core.gym.processes import PYTHON_VAR, free_ports, run_gym_servers
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send

@@ -7,9 +7,10 @@ fingerprints) and events (observer transitions). Stores: MemoryStore, and the du
 recovery.py proves the cleanup of trials a restart ended.
 """
 
+from relax_gym_core.plugin.environment import Admission, EnvKey
 from relax_gym_core.trials.book import Cancel, TrialBook
 from relax_gym_core.trials.ledger import LedgerStore
-from relax_gym_core.trials.records import Admission, Cause, EnvKey, Phase, Trial
+from relax_gym_core.trials.records import Cause, Phase, Trial
 from relax_gym_core.trials.recovery import RecoveryPolicy
 from relax_gym_core.trials.service import CallbackTarget, TrialService
 from relax_gym_core.trials.statedir import MEMORY, STATE_DIR_VAR, open_store, resolve_state_dir

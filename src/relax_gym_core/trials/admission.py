@@ -17,8 +17,8 @@ from relax_gym_core.errors import (
     PolicyMismatchError,
     QueueFullError,
 )
+from relax_gym_core.plugin.environment import Admission, EnvKey
 from relax_gym_core.protocol import CreateTrialRequest
-from relax_gym_core.trials.records import Admission, EnvKey
 
 
 class EnvLine:

@@ -45,6 +45,8 @@ from relax_gym_core.errors import (
     TrialNotFoundError,
 )
 from relax_gym_core.observe import Observers, TrialEvent
+from relax_gym_core.plugin.environment import Admission, EnvKey
+from relax_gym_core.plugin.runs import CleanupResult, RunResult
 from relax_gym_core.protocol import (
     PROTOCOL_VERSION,
     CleanupState,
@@ -52,11 +54,10 @@ from relax_gym_core.protocol import (
     TrialSnapshot,
     TrialStatus,
 )
-from relax_gym_core.runtimes.base import CleanupResult, RunResult
 from relax_gym_core.trials.admission import Admissions
 from relax_gym_core.trials.events import Clock, transition_emitter
 from relax_gym_core.trials.idempotency import ReplayGuard
-from relax_gym_core.trials.records import Admission, Cause, EnvKey, Phase, Trial
+from relax_gym_core.trials.records import Cause, Phase, Trial
 from relax_gym_core.trials.rollouts import LiveRollouts, random_rollout_id
 from relax_gym_core.trials.store import TrialStore
 from relax_gym_core.trials.timers import Timers, overdue_cause

@@ -1,16 +1,15 @@
-"""The trial record and the per-environment admission policy (plain data, no I/O)."""
+"""The trial record (plain data, no I/O); the admission policy it is admitted under is the plugin API's."""
 
 from __future__ import annotations
 
 from enum import Enum, StrEnum
 from typing import Any
 
-from attrs import define, frozen
+from attrs import define
 
 from relax_gym_core.observe import TrialEvent
-from relax_gym_core.protocol import CleanupState, CreateTrialRequest, InterruptPolicy, TrialStatus
-
-type EnvKey = tuple[str, str]  # (environment name, config name)
+from relax_gym_core.plugin.environment import EnvKey
+from relax_gym_core.protocol import CleanupState, CreateTrialRequest, TrialStatus
 
 
 class Phase(Enum):
@@ -38,16 +37,6 @@ class Cause(StrEnum):
         if self is Cause.AGENT_ERROR:
             return TrialStatus.FAILED
         return TrialStatus.ABORTED
-
-
-@frozen(kw_only=True)
-class Admission:
-    """Admission policy of one registered (environment, config)."""
-
-    max_concurrency: int = 1
-    queue_capacity: int = 8
-    max_deadline_s: float = 3600.0
-    interrupt_policy: InterruptPolicy = InterruptPolicy.PROTECTED
 
 
 @define(slots=True, kw_only=True, eq=False)

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from attrs import frozen
 
-from relax_gym_core.runtimes.base import CLEANUP_UNVERIFIED, CleanupResult, RunHandle
+from relax_gym_core.plugin.runs import CLEANUP_UNVERIFIED, CleanupResult, RunHandle
 
 logger = logging.getLogger("relax_gym.trials")
 

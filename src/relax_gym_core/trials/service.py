@@ -15,9 +15,9 @@ from typing import Any
 import anyio
 from attrs import frozen
 
-from relax_gym_core.errors import RolloutUnavailableError, StoreUnavailableError
-from relax_gym_core.protocol import CleanupState, CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
-from relax_gym_core.runtimes.base import (
+from relax_gym_core.errors import EnvironmentFailure, RolloutUnavailableError, StoreUnavailableError
+from relax_gym_core.plugin.environment import EnvKey
+from relax_gym_core.plugin.runs import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
     CleanupResult,
@@ -26,8 +26,9 @@ from relax_gym_core.runtimes.base import (
     RunHandle,
     Runtime,
 )
+from relax_gym_core.protocol import CleanupState, CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
 from relax_gym_core.trials.book import Cancel, TrialBook
-from relax_gym_core.trials.records import Cause, EnvKey, Phase, Trial
+from relax_gym_core.trials.records import Cause, Phase, Trial
 from relax_gym_core.trials.recovery import RecoveryPolicy, prove_released
 
 logger = logging.getLogger("relax_gym.trials")
@@ -228,12 +229,10 @@ class TrialService:
         """Prove the run of a trial a restart ended is released, by rollout id (recovery.py)."""
         runtime = self._runtimes.get(trial.env)
         handle: RunHandle | None = None
-        handle_for = getattr(runtime, "handle_for", None)  # a plugin runtime may predate it
-        if handle_for is not None:
+        if runtime is not None:
             try:
                 # A recorded placement (the replica that ran it) goes to the runtime that recorded it.
-                where = {} if trial.placement is None else {"placement": trial.placement}
-                handle = handle_for(trial.rollout_id, **where)
+                handle = runtime.handle_for(trial.rollout_id, trial.placement)
             except Exception:
                 logger.exception("recovery: no handle for request_id=%s", trial.request_id)
         label = f"request_id={trial.request_id} environment={trial.env[0]} config={trial.env[1]}"
@@ -277,9 +276,8 @@ class TrialService:
             self._starts[request_id] = start
             handle = await asyncio.shield(start)
             self._handles[request_id] = handle
-            placement = getattr(handle, "placement", None)  # the replica a pooled runtime chose
-            if isinstance(placement, str):
-                self.book.place(request_id, placement)
+            if handle.placement is not None:  # the replica a pooled runtime chose
+                self.book.place(request_id, handle.placement)
             del self._starts[request_id], start, context, request  # nothing may pin them for the whole run
             self.book.drop_task(request_id)  # the runtime has the task now; keep the trial small
             result = await handle.wait()
@@ -294,8 +292,7 @@ class TrialService:
             )
             self._supervisors.pop(request_id, None)
             # An EnvironmentFailure names its kind: an infrastructure failure, reported, never a reward of 0.
-            kind = getattr(exc, "kind", None)
-            detail = kind if isinstance(kind, str) else None
+            detail = exc.kind if isinstance(exc, EnvironmentFailure) else None
             self._after_cancel(trial, self.book.begin_cancel(request_id, Cause.AGENT_ERROR, detail=detail))
             return
         if self.book.complete(request_id, result):

@@ -16,27 +16,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from relax_gym_core.environments import VerifierProbe
+from relax_gym_core.plugin import VerifierProbe, answer
 
-from relax_gym_calendar.data import example_rows
 from relax_gym_calendar.rows import check_row
 from relax_gym_calendar.schedule import Event, Schedule, breaking, calendar, solve
 
 THINK = "<think>\nEach event goes in its window, after its constraint, without overlaps.\n</think>\n\n"
-
-
-def answer_output(text: str, tag: str) -> tuple[Mapping[str, Any], ...]:
-    """The Responses output of an agent whose one final message is `text`."""
-    content = [{"type": "output_text", "text": text, "annotations": []}]
-    return (
-        {
-            "type": "message",
-            "id": f"msg_{tag}",
-            "role": "assistant",
-            "status": "completed",
-            "content": content,
-        },
-    )
 
 
 def calendar_text(events: Sequence[Event], schedule: Schedule) -> str:
@@ -67,15 +52,13 @@ def probes_for_row(row: Mapping[str, Any], name: str) -> list[VerifierProbe]:
         VerifierProbe(
             name=f"{name}:{kind}",
             row=copy.deepcopy(raw),
-            output=answer_output(text, f"{name}_{kind}"),
+            output=answer(text, f"{name}_{kind}"),
             expected_reward=expected,
         )
         for kind, text, expected in cases
     ]
 
 
-def verifier_probes() -> list[VerifierProbe]:
-    """The probes of every upstream example row."""
-    return [
-        probe for index, row in enumerate(example_rows()) for probe in probes_for_row(row, f"example{index}")
-    ]
+def verifier_probes(rows: Sequence[Mapping[str, Any]]) -> list[VerifierProbe]:
+    """The probes of every row (upstream's example rows)."""
+    return [probe for index, row in enumerate(rows) for probe in probes_for_row(row, f"example{index}")]

@@ -1,5 +1,5 @@
-"""Calendar rows: validation, conversion to Relax rows (the whole conversation and ``exp_cal_state``
-kept, no tools), and /run bodies.
+"""Calendar rows, checked before the reference converts them (the whole conversation and
+``exp_cal_state`` kept, no tools) and again in their /run bodies.
 
 Raw rows (HF ``nvidia/Nemotron-RL-agent-calendar_scheduling``, upstream ``data/example.jsonl``) carry
 ``responses_create_params`` (a system prompt and a long user/assistant history ending with the user's
@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from relax_gym_core.environments import RowError, reference
-from relax_gym_core.protocol import Generation
+from relax_gym_core.plugin import RowError
 
-from relax_gym_calendar.env import ENVIRONMENT
 from relax_gym_calendar.schedule import Constraint, Event, parse_time
 
 PARAMS = "responses_create_params"
@@ -104,17 +102,3 @@ def check_row(row: dict[str, Any]) -> list[Event]:
         raise RowError(f"{PARAMS} is missing (the conversation the model answers)")
     _check_params(row[PARAMS])
     return events_of(row)
-
-
-def convert_row(row: dict[str, Any]) -> dict[str, Any]:
-    """Raw calendar row -> Relax row, by the reference converter after the calendar checks."""
-    check_row(row)
-    return reference.convert_row(ENVIRONMENT, row)
-
-
-def build_run_body(task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
-    """The reference /run body, checked like a row: a task without a usable exp_cal_state fails here,
-    not as a 422 inside the agent's /verify."""
-    body = reference.build_run_body(ENVIRONMENT, task, generation, rollout_id)
-    check_row(body)
-    return body

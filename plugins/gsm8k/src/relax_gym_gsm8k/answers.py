@@ -17,7 +17,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from relax_gym_core.environments import RowError
+from relax_gym_core.plugin import RowError
 
 ANSWER_MARK = "####"
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")

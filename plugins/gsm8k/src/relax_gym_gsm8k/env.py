@@ -9,7 +9,7 @@ server names; so do we, so `relax-gym up gsm8k math_with_judge` runs two indepen
 
 from __future__ import annotations
 
-from relax_gym_core.environments import EnvironmentDefinition, NemoGymServer
+from relax_gym_core.plugin import EnvironmentDefinition, NemoGymServer
 
 from relax_gym_gsm8k.judge import JudgeSettings, resources_config
 

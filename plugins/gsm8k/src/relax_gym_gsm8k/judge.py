@@ -32,8 +32,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from attrs import frozen
-from relax_gym_core.environments import NemoGymServer
 from relax_gym_core.errors import ConfigError
+from relax_gym_core.plugin import NemoGymServer
 from relax_gym_core.protocol import BRIDGE_PREFIX
 
 URL_VAR = "RELAX_GYM_MATH_JUDGE_URL"

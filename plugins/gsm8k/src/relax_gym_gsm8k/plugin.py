@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from relax_gym_core.environments import STATELESS, hookimpl
+from relax_gym_core.plugin import STATELESS, hookimpl
 
 from relax_gym_gsm8k import env, probes, results, rows
 from relax_gym_gsm8k.judge import judge_settings, verify_timeout_s
 
 if TYPE_CHECKING:
-    from relax_gym_core.environments import (
+    from relax_gym_core.plugin import (
         CleanupContract,
         EnvironmentRegistrar,
         RunResult,

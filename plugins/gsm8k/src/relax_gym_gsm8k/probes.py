@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from relax_gym_core.environments import VerifierProbe
+from relax_gym_core.plugin import VerifierProbe
 
 from relax_gym_gsm8k.answers import is_number_text, number_answer
 from relax_gym_gsm8k.data import example_rows, numeric_example_rows

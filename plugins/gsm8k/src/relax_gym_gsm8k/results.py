@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from relax_gym_core.environments import RunResult, reference
+from relax_gym_core.plugin import RunResult, reference
 
 
 def _number(value: Any) -> bool:

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from relax_gym_core.environments import RowError, reference
+from relax_gym_core.plugin import RowError, reference
 from relax_gym_core.protocol import Generation
 
 from relax_gym_gsm8k.answers import gsm8k_final_answer, math_answer, number_answer

@@ -8,7 +8,7 @@ NeMo Gym's swe_agents with Apptainer instead (relax_gym_r2e.production); that is
 
 from __future__ import annotations
 
-from relax_gym_core.environments import CleanupContract, EnvironmentDefinition, NemoGymServer
+from relax_gym_core.plugin import CleanupContract, EnvironmentDefinition, NemoGymServer
 from relax_gym_core.protocol import InterruptPolicy
 
 ENVIRONMENT = "r2e_gym"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from relax_gym_core.environments import hookimpl
+from relax_gym_core.plugin import hookimpl
 
 from relax_gym_r2e import env, probes, results, rows
 
 if TYPE_CHECKING:
-    from relax_gym_core.environments import (
+    from relax_gym_core.plugin import (
         CleanupContract,
         EnvironmentRegistrar,
         RunResult,

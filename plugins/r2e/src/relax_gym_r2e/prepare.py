@@ -27,8 +27,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from relax_gym_core.environments import RowError
 from relax_gym_core.errors import ConfigError
+from relax_gym_core.plugin import RowError
 
 from relax_gym_r2e import rows
 from relax_gym_r2e.production import DEFAULT_DATASET, ProductionPlan

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from relax_gym_core.environments import VerifierProbe
+from relax_gym_core.plugin import VerifierProbe
 
 from relax_gym_r2e import tasks
 from relax_gym_r2e.data import example_row

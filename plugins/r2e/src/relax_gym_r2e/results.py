@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from relax_gym_core.environments import RunResult, reference
+from relax_gym_core.plugin import RunResult, reference
 from relax_gym_core.protocol import TrialStatus
 
 from relax_gym_r2e.env import ENVIRONMENT

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from relax_gym_core.environments import RowError, reference
+from relax_gym_core.plugin import RowError, reference
 from relax_gym_core.protocol import Generation
 
 from relax_gym_r2e import toolspecs

@@ -8,7 +8,7 @@ cleanup contract names the agent server: POST /cleanup/{rollout_id} kills and re
 
 from __future__ import annotations
 
-from relax_gym_core.environments import CleanupContract, EnvironmentDefinition, NemoGymServer
+from relax_gym_core.plugin import CleanupContract, EnvironmentDefinition, NemoGymServer
 from relax_gym_core.protocol import InterruptPolicy
 
 from relax_gym_reasoning_gym_cc import claude

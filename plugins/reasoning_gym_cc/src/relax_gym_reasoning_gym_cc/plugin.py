@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from relax_gym_core.environments import hookimpl
+from relax_gym_core.plugin import hookimpl
 
 from relax_gym_reasoning_gym_cc import env, probes, results, rows
 
 if TYPE_CHECKING:
-    from relax_gym_core.environments import (
+    from relax_gym_core.plugin import (
         CleanupContract,
         EnvironmentRegistrar,
         RunResult,

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from relax_gym_core.environments import VerifierProbe
+from relax_gym_core.plugin import VerifierProbe
 
 from relax_gym_reasoning_gym_cc.data import example_rows
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relax_gym_core.environments import EnvironmentFailure, RunResult, reference
+from relax_gym_core.plugin import EnvironmentFailure, RunResult, reference
 from relax_gym_core.protocol import TrialStatus
 
 AGENT_ERROR = "agent_error"

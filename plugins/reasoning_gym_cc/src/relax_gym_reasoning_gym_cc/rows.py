@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from relax_gym_core.environments import RowError, reference
+from relax_gym_core.plugin import RowError, reference
 from relax_gym_core.protocol import Generation
 
 from relax_gym_reasoning_gym_cc.data import TASKS

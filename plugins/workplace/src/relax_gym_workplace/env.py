@@ -7,7 +7,7 @@ can be confirmed by rollout id. The agent is the installed upstream ``simple_age
 
 from __future__ import annotations
 
-from relax_gym_core.environments import CleanupContract, EnvironmentDefinition, NemoGymServer
+from relax_gym_core.plugin import CleanupContract, EnvironmentDefinition, NemoGymServer
 from relax_gym_core.protocol import InterruptPolicy
 
 ENVIRONMENT = "workplace_assistant"

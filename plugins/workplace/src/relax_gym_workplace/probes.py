@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from relax_gym_core.environments import VerifierProbe
+from relax_gym_core.plugin import VerifierProbe
 
 from relax_gym_workplace.data import example_rows
 from relax_gym_workplace.rows import normalise_row

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relax_gym_core.environments import RunResult, reference
+from relax_gym_core.plugin import RunResult, reference
 
 from relax_gym_workplace.env import ENVIRONMENT
 

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from relax_gym_core.environments import RowError, reference
+from relax_gym_core.plugin import RowError, reference
 from relax_gym_core.protocol import Generation
 
 from relax_gym_workplace.env import ENVIRONMENT

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import attrs
 from attrs import field, frozen
 
 from relax_gym_core.protocol import CreateTrialRequest, TrialStatus
@@ -60,6 +61,10 @@ class RunResult:
         if self.status not in (TrialStatus.COMPLETED, TrialStatus.TRUNCATED):
             raise ValueError("a run can only finish as completed or truncated")
 
+    def with_metrics(self, metrics: Mapping[str, Any]) -> RunResult:
+        """This result with `metrics` added to (and overriding) its own."""
+        return attrs.evolve(self, metrics={**self.metrics, **metrics})
+
 
 @frozen(kw_only=True)
 class CleanupResult:
@@ -76,7 +81,14 @@ CLEANUP_PROBE_FAILED = CleanupResult(confirmed=False, error_code="cleanup_probe_
 
 
 class RunHandle(Protocol):
-    """One run. wait() is cancelled by the service when the trial is cancelled."""
+    """One run. wait() is cancelled by the service when the trial is cancelled.
+
+    `placement` names where a pooled runtime placed it (a replica), recorded in the ledger so a restarted
+    gateway addresses its cleanup there (handle_for); None for a runtime without replicas.
+    """
+
+    @property
+    def placement(self) -> str | None: ...
 
     async def wait(self) -> RunResult: ...
 
@@ -94,9 +106,10 @@ class Runtime(Protocol):
         """Allocate and start a run quickly; the long wait happens in RunHandle.wait()."""
         ...
 
-    def handle_for(self, rollout_id: str) -> RunHandle:
+    def handle_for(self, rollout_id: str, placement: str | None = None) -> RunHandle:
         """A handle for a run this process did not start (after a gateway restart), addressed by its
-        rollout id: only its cleanup steps are used (abort, force_cleanup, probe_cleanup), never wait()."""
+        rollout id (and the placement its ledger record names): only its cleanup steps are used (abort,
+        force_cleanup, probe_cleanup), never wait()."""
         ...
 
     async def ready(self) -> bool: ...

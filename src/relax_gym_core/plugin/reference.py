@@ -1,19 +1,19 @@
-"""Built-in hook implementations that follow the relax-nemo-gym/v1 reference (registered trylast).
+"""The relax-nemo-gym/v1 reference behaviour: row conversion, the /run body, result mapping.
 
-Environments whose plugins do not answer convert_row, build_run_body or map_result get these. Plugins build
-on them and on the helpers beside them (output_counts, verified_answer).
+EnvironmentDefinition's methods default to these; a plugin that overrides one builds on them and on the
+helpers beside them (output_counts, verified_answer, verified_result).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from relax_gym_core.environments.hookspecs import hookimpl
 from relax_gym_core.errors import EnvironmentFailure, RowError
+from relax_gym_core.plugin.runs import RunResult
 from relax_gym_core.protocol import Generation, TrialStatus, run_indices
-from relax_gym_core.runtimes.base import RunResult
 
 _NOT_A_ROW = "NeMo Gym row must contain responses_create_params (a plugin converts rows of other shapes)"
 _NOT_PRESERVED = frozenset({"input", "tools", "parallel_tool_calls", "instructions"})
@@ -21,10 +21,8 @@ _FANNED_INTO_PARAMS = frozenset({"tools", "parallel_tool_calls", "developer_mess
 VERIFIER_ERROR = "verifier_error"
 
 
-@hookimpl(trylast=True)
-def convert_row(environment: str, row: dict[str, Any]) -> dict[str, Any]:
+def convert_row(row: dict[str, Any]) -> dict[str, Any]:
     """Raw NeMo Gym row -> {"input": messages, "metadata": {...}} (reference converter)."""
-    del environment  # the reference conversion is the same for every environment
     params = row.get("responses_create_params")
     if params is None:
         raise RowError(_NOT_A_ROW)
@@ -52,12 +50,9 @@ def convert_row(environment: str, row: dict[str, Any]) -> dict[str, Any]:
     return {"input": messages, "metadata": metadata}
 
 
-@hookimpl(trylast=True)
-def build_run_body(
-    environment: str, task: dict[str, Any], generation: Generation, rollout_id: str
-) -> dict[str, Any]:
-    """Relax session input -> the agent's /run body (reference order of merges)."""
-    del environment
+def build_run_body(task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
+    """Relax session input -> the agent's /run body (reference order of merges), with the rollout id as
+    _ng_task_index/_ng_rollout_index (relax_gym_core.protocol.run_indices)."""
     task = copy.deepcopy(task)
     if isinstance(task.get("responses_create_params"), dict):
         body = task  # already a raw NeMo Gym row
@@ -118,10 +113,8 @@ def verified_answer(environment: str, body: dict[str, Any]) -> tuple[list[Any], 
     return output, reward
 
 
-@hookimpl(trylast=True)
-def map_result(environment: str, body: dict[str, Any]) -> RunResult:
+def map_result(body: dict[str, Any]) -> RunResult:
     """The agent's /run answer -> trial result (reference normalisation)."""
-    del environment
     metrics = dict(body["metrics"]) if isinstance(body.get("metrics"), dict) else {}
     response = body.get("response")
     if isinstance(response, dict) and isinstance(response.get("output"), list):
@@ -133,3 +126,15 @@ def map_result(environment: str, body: dict[str, Any]) -> RunResult:
         metrics=metrics,
         artifact_ref=artifact if isinstance(artifact, str) and artifact else None,
     )
+
+
+def verified_result(
+    environment: str,
+    body: dict[str, Any],
+    metrics: Callable[[list[Any]], Mapping[str, Any]] | None = None,
+) -> RunResult:
+    """The reference result of a verified answer (verified_answer: an unscored one is verifier_error,
+    never a reward of 0), with what `metrics(output)` adds to the reference metrics."""
+    output, _reward = verified_answer(environment, body)
+    result = map_result(body)
+    return result if metrics is None else result.with_metrics(metrics(output))

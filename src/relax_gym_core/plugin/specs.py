@@ -17,11 +17,11 @@ import attrs
 from attrs import field, frozen
 from cattrs.gen import make_dict_structure_fn
 
-from relax_gym_core.environments.definitions import CleanupURLs, admission_of
 from relax_gym_core.errors import ConfigError, FieldError, ProtocolError
+from relax_gym_core.plugin.cleanup import CleanupURLs
+from relax_gym_core.plugin.environment import Admission, admission_of
 from relax_gym_core.protocol import InterruptPolicy, converter, structure
 from relax_gym_core.protocol.types import split_http_url
-from relax_gym_core.trials.records import Admission
 
 _ADMISSION = Admission()
 _CLEANUP_KEYS = frozenset(a.name for a in attrs.fields(CleanupURLs))

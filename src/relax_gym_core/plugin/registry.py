@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from relax_gym_core.environments.definitions import EnvironmentDefinition
 from relax_gym_core.errors import DuplicateEnvironmentError, PluginError, UnknownEnvironmentError
+from relax_gym_core.plugin.cleanup import CleanupContract
+from relax_gym_core.plugin.environment import EnvironmentDefinition, reference_environment
 
 if TYPE_CHECKING:
-    from relax_gym_core.environments.manager import Hooks
-    from relax_gym_core.environments.specs import EnvironmentSpec
-    from relax_gym_core.runtimes.base import Runtime
+    from relax_gym_core.plugin.runs import Runtime
+    from relax_gym_core.plugin.specs import EnvironmentSpec
 
-type RuntimeFactory = Callable[[EnvironmentSpec, Hooks], Runtime]
+# A runtime for one registered (environment, config): its spec, and the environment's object.
+type RuntimeFactory = Callable[[EnvironmentSpec, EnvironmentDefinition], Runtime]
 
 
 class EnvironmentRegistrar:
@@ -33,6 +34,12 @@ class EnvironmentRegistry:
         self._owners: dict[str, str] = {}
 
     def add(self, definition: EnvironmentDefinition, *, plugin: str) -> None:
+        if not isinstance(definition, EnvironmentDefinition):
+            raise PluginError(
+                f"plugin {plugin!r} registers {type(definition).__name__}, not an EnvironmentDefinition"
+            )
+        if not isinstance(definition.cleanup, CleanupContract):
+            raise PluginError(f"plugin {plugin!r}: environment {definition.name!r} has no CleanupContract")
         if not definition.configs:
             raise PluginError(f"plugin {plugin!r}: environment {definition.name!r} registers no config")
         names = {server.name for server in definition.servers}
@@ -59,6 +66,12 @@ class EnvironmentRegistry:
                 f"no installed plugin provides environment {name!r} (installed: {known}); "
                 "run `relax-gym plugins` to see what is installed"
             ) from None
+
+    def lookup(self, name: str) -> EnvironmentDefinition:
+        """The registered environment, else the reference behaviour (an environments file may name an
+        environment no plugin registers: `relax-gym serve` runs it the reference's way)."""
+        found = self._definitions.get(name)
+        return found if found is not None else reference_environment(name)
 
     def owner(self, name: str) -> str:
         self.get(name)

@@ -1,4 +1,8 @@
-"""Plugin manager factory (no import-time global) and the typed facade over pm.hook."""
+"""Plugin manager factory (no import-time global) and the typed facade over its registries.
+
+Hooks only register: the facade calls them once, when a registry is first read, and the rest of the core
+works on the registered objects (an environment's methods, a runtime factory).
+"""
 
 from __future__ import annotations
 
@@ -6,22 +10,18 @@ import importlib.metadata
 import os
 import sys
 from collections.abc import Iterable
-from typing import Any
 
 import pluggy
 from attrs import frozen
 
-from relax_gym_core.environments import hookspecs, reference
-from relax_gym_core.environments.definitions import CleanupContract, VerifierProbe, relax_row_problem
-from relax_gym_core.environments.registry import (
+from relax_gym_core.errors import PluginError, PluginLoadError
+from relax_gym_core.plugin import hookspecs
+from relax_gym_core.plugin.registry import (
     EnvironmentRegistrar,
     EnvironmentRegistry,
     RuntimeFactory,
     RuntimeRegistrar,
 )
-from relax_gym_core.errors import ConfigError, PluginError, PluginLoadError
-from relax_gym_core.protocol import Generation
-from relax_gym_core.runtimes.base import RunResult
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
 DISABLE_VAR = "RELAX_GYM_DISABLE_PLUGINS"
@@ -89,7 +89,6 @@ def make_plugin_manager(
         except (ValueError, pluggy.PluginValidationError) as exc:
             raise PluginError(f"plugin {name!r} is invalid: {exc}") from exc
         infos.append(PluginInfo(name=name, distribution=None, version=None, module=repr(plugin)))
-    pm.register(reference, name="relax_gym.reference")
     try:
         pm.check_pending()  # a misspelled hookimpl fails here, loudly
     except pluggy.PluginValidationError as exc:
@@ -114,7 +113,7 @@ def make_plugin_manager(
 
 
 class Hooks:
-    """Typed access to the hooks; core code never touches pm.hook directly."""
+    """Typed access to what the plugins registered; core code never touches pm.hook directly."""
 
     def __init__(self, pm: pluggy.PluginManager, plugins: list[PluginInfo]) -> None:
         self.pm = pm
@@ -148,40 +147,3 @@ class Hooks:
     def owner(self, environment: str) -> PluginInfo | None:
         name = self.environments.owner(environment)
         return next((info for info in self.plugins if info.name == name), None)
-
-    def convert_row(self, environment: str, row: dict[str, Any]) -> dict[str, Any]:
-        """The Relax row for a raw row; PluginError if the answering plugin broke the row shape."""
-        result = self.pm.hook.convert_row(environment=environment, row=row)
-        problem = relax_row_problem(result)
-        if problem is not None:
-            raise PluginError(f"convert_row for environment {environment!r}: {problem}")
-        converted: dict[str, Any] = result
-        return converted
-
-    def drop_reason(self, environment: str, row: dict[str, Any]) -> str | None:
-        reason: str | None = self.pm.hook.drop_reason(environment=environment, row=row)
-        return reason
-
-    def build_run_body(
-        self, environment: str, task: dict[str, Any], generation: Generation, rollout_id: str
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = self.pm.hook.build_run_body(
-            environment=environment, task=task, generation=generation, rollout_id=rollout_id
-        )
-        return body
-
-    def verifier_probes(self, environment: str) -> list[VerifierProbe]:
-        probes: list[VerifierProbe] | None = self.pm.hook.verifier_probes(environment=environment)
-        return probes or []
-
-    def cleanup_contract(self, environment: str) -> CleanupContract:
-        contract: CleanupContract | None = self.pm.hook.cleanup_contract(environment=environment)
-        if contract is None:
-            raise ConfigError(
-                f"no plugin declares how environment {environment!r} is cleaned up (cleanup_contract)"
-            )
-        return contract
-
-    def map_result(self, environment: str, body: dict[str, Any]) -> RunResult:
-        result: RunResult = self.pm.hook.map_result(environment=environment, body=body)
-        return result

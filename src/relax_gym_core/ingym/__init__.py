@@ -1,0 +1,68 @@
+"""For servers a plugin runs INSIDE the NeMo Gym environment (its resources servers and agents): the wire
+names and the cleanup protocol, in the standard library only (that environment has NeMo Gym's
+dependencies, not the core's; relax_gym_core.protocol re-uses these names, so they are spelled once).
+
+A trial's rollout id comes in the /run body as _ng_task_index/_ng_rollout_index (NeMo Gym joins them as
+``f"{task}-{rollout}"``), and also as the tag in ``responses_create_params.metadata``. A stateful server
+keys what a trial holds by it and proves its release at CLEANUP_PATH: ``POST`` releases everything the
+rollout holds (and refuses to start it afterwards: CleanedRollouts remembers it), ``GET`` answers
+``{"rollout_id": ..., "clean": true|false}``, checked now.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Final
+
+BRIDGE_PREFIX: Final = "/ng-rollout/"  # the per-trial model-call prefix (NeMo Gym's), then the rollout id
+ROLLOUT_TAG: Final = "relax_gym_rollout"  # the metadata key holding a trial's rollout id
+TASK_INDEX: Final = "_ng_task_index"  # NeMo Gym's /run body keys; the rollout id is "<task>-<rollout>"
+ROLLOUT_INDEX: Final = "_ng_rollout_index"
+CLEANUP_PATH: Final = "/cleanup/{rollout_id}"  # POST: release; GET: {"rollout_id", "clean"}
+
+
+def _index(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    return str(value) if str(value) else None
+
+
+def tag_of(params: Any) -> str | None:
+    """The rollout id tagged in a request's params (``metadata.relax_gym_rollout``), else None. `params`
+    is a dict or a NeMo Gym params model (anything with a ``metadata`` attribute)."""
+    metadata = params.get("metadata") if isinstance(params, Mapping) else getattr(params, "metadata", None)
+    tag = metadata.get(ROLLOUT_TAG) if isinstance(metadata, Mapping) else None
+    return tag if isinstance(tag, str) and tag else None
+
+
+def rollout_id_of(fields: Mapping[str, Any] | None, params: Any = None) -> str | None:
+    """The rollout id a /run body (or what an agent forwards of it) carries, or None (e.g. a plain NeMo
+    Gym rollout collection): its indices joined as NeMo Gym joins them, else the tag in `params` (default:
+    the body's own ``responses_create_params``)."""
+    fields = fields or {}
+    task, rollout = _index(fields.get(TASK_INDEX)), _index(fields.get(ROLLOUT_INDEX))
+    if task is not None and rollout is not None:
+        return f"{task}-{rollout}"
+    return tag_of(fields.get("responses_create_params") if params is None else params)
+
+
+class CleanedRollouts:
+    """The rollout ids cleaned up lately (the oldest forgotten past `capacity`): a late start of one, an
+    abort that overtook its seed, is refused instead of leaking what it would hold."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self._capacity = max(capacity, 1)
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, rollout_id: str) -> None:
+        self._ids[rollout_id] = None
+        self._ids.move_to_end(rollout_id)
+        while len(self._ids) > self._capacity:
+            self._ids.popitem(last=False)
+
+    def __contains__(self, rollout_id: object) -> bool:
+        return rollout_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)

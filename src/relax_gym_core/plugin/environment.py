@@ -1,0 +1,148 @@
+"""An environment: what it is (its servers, admission, deadlines, readiness, cleanup contract) and what it
+does (convert a row, the /run body, map the result, its verifier probes), in one object.
+
+The methods' defaults are the relax-nemo-gym/v1 reference behaviour (reference.py): a plugin subclasses
+EnvironmentDefinition, overrides only what differs, and registers an instance. The gateway looks the
+object up once per (environment, config) and calls it on every trial: no hook runs on a trial's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from attrs import frozen
+
+from relax_gym_core.errors import PluginError
+from relax_gym_core.plugin import reference
+from relax_gym_core.plugin.cleanup import STATELESS, CleanupContract
+from relax_gym_core.plugin.probes import VerifierProbe
+from relax_gym_core.plugin.runs import RunResult
+from relax_gym_core.plugin.servers import NemoGymServer
+from relax_gym_core.protocol import Generation, InterruptPolicy
+from relax_gym_core.protocol.jsonutil import is_finite_json
+
+type EnvKey = tuple[str, str]  # (environment name, config name): what a gateway admits trials under
+
+
+@frozen(kw_only=True)
+class Admission:
+    """Admission policy of one registered (environment, config); the defaults are the reference's."""
+
+    max_concurrency: int = 1
+    queue_capacity: int = 8
+    max_deadline_s: float = 3600.0
+    interrupt_policy: InterruptPolicy = InterruptPolicy.PROTECTED
+
+
+_ADMISSION = Admission()
+
+
+class Limits(Protocol):
+    """Anything that carries an environment's admission limits (a definition, a spec)."""
+
+    @property
+    def interrupt_policy(self) -> InterruptPolicy: ...
+    @property
+    def max_deadline_s(self) -> float: ...
+    @property
+    def max_concurrency(self) -> int: ...
+    @property
+    def queue_capacity(self) -> int: ...
+
+
+def admission_of(limits: Limits) -> Admission:
+    return Admission(
+        max_concurrency=limits.max_concurrency,
+        queue_capacity=limits.queue_capacity,
+        max_deadline_s=limits.max_deadline_s,
+        interrupt_policy=limits.interrupt_policy,
+    )
+
+
+@frozen(kw_only=True)
+class EnvironmentDefinition:
+    """An environment a plugin provides: its registered (environment, config) pairs, how to run them, and
+    (as methods, reference behaviour by default) how its rows, run bodies and results are shaped."""
+
+    name: str
+    configs: tuple[str, ...]
+    agent: str  # the server instance whose POST /run runs one trial
+    servers: tuple[NemoGymServer, ...]
+    cleanup: CleanupContract  # how a run is released and proven released (STATELESS: nothing outlives it)
+    description: str = ""
+    # Admission limits; their defaults are Admission's (the reference's), the one source of them.
+    interrupt_policy: InterruptPolicy = _ADMISSION.interrupt_policy
+    max_deadline_s: float = _ADMISSION.max_deadline_s
+    max_concurrency: int = _ADMISSION.max_concurrency
+    queue_capacity: int = _ADMISSION.queue_capacity
+    # Servers whose GET / must answer before the environment is ready (default: all of them).
+    readiness: tuple[str, ...] | None = None
+    # Which runtime runs its trials: "nemo_gym" (its agent server's POST /run), or a runtime a plugin
+    # registers with register_runtimes (then `servers` may be empty and `agent` names no server).
+    runtime: str = "nemo_gym"
+
+    @property
+    def admission(self) -> Admission:
+        return admission_of(self)
+
+    # ---- behaviour (override what differs from the reference) ---------------------------------------
+
+    def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        """One raw NeMo Gym dataset row -> a Relax row ``{"input": [...], "metadata": {...}}``.
+
+        Raise ``RowError`` naming the field for a row that cannot be used (the CLI adds file and line).
+        """
+        return reference.convert_row(row)
+
+    def drop_reason(self, row: dict[str, Any]) -> str | None:
+        """Why a converted Relax row should be left out of a training mix, or None to keep it
+        (`relax-gym mix` counts what it drops by reason, e.g. a row any do-nothing answer scores 1.0)."""
+        del row
+        return None
+
+    def build_run_body(self, task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
+        """The body of the agent's ``POST /run`` for a trial's task (the Relax session input). The gateway
+        adds the trial's model-call tag afterwards; keep the rollout id's _ng_task_index/_ng_rollout_index."""
+        return reference.build_run_body(task, generation, rollout_id)
+
+    def map_result(self, body: dict[str, Any]) -> RunResult:
+        """The agent's ``/run`` answer -> the trial's result. Raise ``EnvironmentFailure(kind=...)`` when
+        the answer shows an infrastructure failure: that must never become a reward of 0."""
+        return reference.map_result(body)
+
+    def verifier_probes(self) -> Sequence[VerifierProbe]:
+        """Known outputs for real rows and the reward the real verifier must give each (see probes.py)."""
+        return ()
+
+
+def reference_environment(name: str) -> EnvironmentDefinition:
+    """The reference behaviour for an environment no plugin registers (one an environments file names for
+    `relax-gym serve`): no servers of its own, its run bodies and results the reference's."""
+    return EnvironmentDefinition(name=name, configs=(), agent="", servers=(), cleanup=STATELESS)
+
+
+def relax_row_problem(row: object) -> str | None:
+    """What is wrong with a converted row, or None: a Relax row is exactly
+    ``{"input": [messages...], "metadata": {...}}`` of finite JSON (it is written to a JSONL file and read
+    back by Relax, which sends ``input`` as the session's messages and ``metadata`` beside them)."""
+    if not isinstance(row, dict) or set(row) != {"input", "metadata"}:
+        keys = sorted(row) if isinstance(row, dict) else type(row).__name__
+        return f"must return exactly {{'input': [...], 'metadata': {{...}}}}, got {keys}"
+    if not isinstance(row["input"], list):
+        return f"input must be a list of messages, got {type(row['input']).__name__}"
+    if not isinstance(row["metadata"], dict):
+        return f"metadata must be an object, got {type(row['metadata']).__name__}"
+    if not is_finite_json(row):
+        return "the converted row must be finite JSON (it is written to a JSONL file)"
+    return None
+
+
+def converted_row(environment: EnvironmentDefinition, row: dict[str, Any]) -> dict[str, Any]:
+    """`environment.convert_row(row)`, checked: a PluginError names the environment if its conversion
+    broke the Relax row shape (RowError, the row's own fault, passes through)."""
+    converted = environment.convert_row(row)
+    problem = relax_row_problem(converted)
+    if problem is not None:
+        raise PluginError(f"convert_row of environment {environment.name!r}: {problem}")
+    return converted
