@@ -103,7 +103,7 @@ test-fast: env gym
 	$(PY) -m pytest -q $(XDIST) -m "not e2e and not slow" $(PYTEST_ARGS)
 
 demo: env gym
-	$(PY) -m relax_gym_core.demo
+	$(PY) -m relax_gym_core.commands.demo
 
 lint: env
 	$(VENV)/bin/ruff check src tests bench plugins

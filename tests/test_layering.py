@@ -19,6 +19,7 @@ SRC = ROOT / "src" / "relax_gym_core"
 # What each part of relax_gym_core may import from relax_gym_core (besides itself), every import counted
 # (module level, inside functions, under TYPE_CHECKING). Read top to bottom, it is the architecture.
 BASE = {"errors", "ingym"}
+SERVICE = {"protocol", "observe", "trials", "plugin", "runtimes", "replicas", "bridge", "web", "gym", "gateway"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     # What servers inside the NeMo Gym environment import: the wire names and cleanup protocol (stdlib).
@@ -27,20 +28,24 @@ ALLOWED: dict[str, set[str]] = {
     # The plugin API, beside the protocol: what plugins import (environment objects, the run-adapter seam,
     # the hooks that register them) and the plugin manager. Light: no trial service, ledger, web or server.
     "plugin": BASE | {"protocol"},
+    "jsonl": BASE,
     "observe": BASE | {"protocol"},
     "trials": BASE | {"protocol", "observe", "plugin"},
     "runtimes": BASE | {"protocol", "observe", "plugin"},
     "gym": BASE | {"protocol", "plugin"},
+    "replicas": BASE | {"protocol", "observe", "plugin", "runtimes", "gym"},
     "web": BASE | {"protocol"},
     "bridge": BASE | {"protocol", "observe", "trials", "plugin", "web"},
-    "gateway": BASE | {"protocol", "observe", "trials", "plugin", "runtimes", "bridge", "web"},
-    # `relax-gym rollout` drives trials with the thin client and serves its oracle policy from the test
-    # support (OracleScript + ScriptedPolicy): both sit below the commands, which nothing imports but cli.
-    "commands": BASE
-    | {"protocol", "observe", "trials", "plugin", "runtimes", "bridge", "web", "gym", "gateway"}
-    | {"client", "testing"},
-    "cli": BASE | {"commands"},
+    "gateway": BASE | {"protocol", "observe", "trials", "plugin", "runtimes", "replicas", "bridge", "web"},
     "client": BASE | {"protocol"},
+    # The scripted model servers: the tests' stand-in policy and the rollout's oracle.
+    "policies": BASE | {"protocol", "plugin"},
+    # `relax-gym rollout`: trials through the thin client, against a policy endpoint or the oracle.
+    "rollout": BASE | SERVICE | {"client", "policies", "jsonl"},
+    "commands": BASE | SERVICE | {"client", "policies", "jsonl", "rollout"},
+    "cli": BASE | {"commands", "rollout"},
+    # Public test support: may use all of the library, never the command line.
+    "testing": BASE | SERVICE | {"client", "policies", "jsonl"},
 }
 # The public API a plugin distribution may import (its tests may also use the test support).
 PLUGIN_API = {
@@ -110,7 +115,7 @@ def test_each_part_imports_only_what_is_below_it(part: str) -> None:
 
 def test_every_part_is_placed() -> None:
     parts = {_part(_module_of(path)[0]) for path in SRC.rglob("*.py")} - {""}
-    assert parts - set(ALLOWED) <= {"testing", "demo"}  # test support and the demo may use everything
+    assert parts - set(ALLOWED) == set()  # no exemption: test support and commands are placed too
 
 
 @pytest.mark.parametrize(
@@ -141,7 +146,11 @@ HEAVY = ("torch", "sglang", "megatron")
         ("relax_gym_core.client", (*WEB, *HEAVY)),
         ("relax_gym_core.trials.book", (*WEB, "httpx", *HEAVY)),
         ("relax_gym_core.trials", ("starlette", "uvicorn", "relax_gym_core.gateway", *HEAVY)),
-        ("relax_gym_core.plugin", (*WEB, *HEAVY)),
+        # Importing a plugin imports no trial service, ledger, HTTP framework or server.
+        ("relax_gym_core.plugin", (*WEB, "httpx", "relax_gym_core.trials", "sqlite3", *HEAVY)),
+        # What runs inside the NeMo Gym environment: the standard library only.
+        ("relax_gym_core.ingym", ("attrs", "cattrs", "pluggy", "httpx", *WEB, *HEAVY)),
+        ("relax_gym_core.ingym.sandbox", ("attrs", "cattrs", "pluggy", "httpx", *WEB, *HEAVY)),
         ("relax_gym_core.observe", (*WEB, "httpx", *HEAVY)),
     ],
 )

@@ -76,7 +76,7 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _rollout(args: argparse.Namespace) -> int:
-    from relax_gym_core.commands.rollout import RolloutOptions, rollout  # noqa: PLC0415
+    from relax_gym_core.rollout.engine import RolloutOptions, rollout  # noqa: PLC0415
 
     options = {key: getattr(args, key) for key in RolloutOptions.__annotations__ if hasattr(args, key)}
     # The key is never a flag (it comes from --api-key-env), so the command line is safe to print back.
@@ -84,7 +84,7 @@ def _rollout(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from relax_gym_core.commands.report import report  # noqa: PLC0415
+    from relax_gym_core.rollout.report import report  # noqa: PLC0415
 
     print(report(args.directories, output=args.output))  # noqa: T201
     return 0

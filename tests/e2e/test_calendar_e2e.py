@@ -29,7 +29,7 @@ from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.nemo_gym("calendar")]
 
 pytest.importorskip("relax_gym_calendar")
-from relax_gym_calendar.data import example_rows  # noqa: E402
+from relax_gym_calendar.plugin import example_rows  # noqa: E402
 
 OPTIONS = ClientOptions(poll_interval_s=0.05)
 CLIENT = str(Path(sys.executable).with_name("relax-gym-client"))

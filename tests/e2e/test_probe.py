@@ -15,7 +15,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from relax_gym_core.commands.probe import format_outcomes, score
+from relax_gym_core.commands.probe import format_outcomes
+from relax_gym_core.gym.probe import score
 from relax_gym_core.plugin import VerifierProbe, hookimpl, make_plugin_manager
 from relax_gym_core.testing.gym import Verifier
 

@@ -21,7 +21,6 @@ import signal
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,9 +31,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from relax_gym_core.client import ClientOptions, GatewayClient, RemoteTrialError, run_trial
-from relax_gym_core.commands.up import environment_specs
 from relax_gym_core.plugin import converted_row, make_plugin_manager
-from relax_gym_core.plugin.specs import environments_document
+from relax_gym_core.plugin.specs import environments_document, specs_for
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import Gate, RecordedRequest, ScriptedReply, reply_text
 from relax_gym_core.testing.web import ScriptedPolicy, start_gateway
@@ -42,7 +40,7 @@ from relax_gym_core.testing.web import ScriptedPolicy, start_gateway
 pytestmark = [pytest.mark.anyio, pytest.mark.nemo_gym("workplace_assistant")]
 
 relax_gym_workplace = pytest.importorskip("relax_gym_workplace")
-from relax_gym_workplace.data import example_rows  # noqa: E402
+from relax_gym_workplace.plugin import example_rows  # noqa: E402
 
 ENVIRONMENT = "workplace_assistant"
 CONFIG = "workplace-assistant-v1"
@@ -110,8 +108,7 @@ def create_body(policy: ScriptedPolicy, token: str, session: str, index: int) ->
 def gateway_specs(servers: Any) -> dict[str, Any]:
     """The environments file `relax-gym up` would write for these servers, as many slots as trials."""
     hooks = make_plugin_manager()
-    running = {name: SimpleNamespace(url=url) for name, url in servers.urls.items()}
-    specs = environment_specs([hooks.environments.get(ENVIRONMENT)], running, max_concurrency=TRIALS)
+    specs = specs_for([hooks.environments.get(ENVIRONMENT)], dict(servers.urls), max_concurrency=TRIALS)
     return environments_document(specs)
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO
 
-from relax_gym_core.commands.jsonl import atomic_output, check_distinct, encode, open_source, read_rows
 from relax_gym_core.errors import ConversionError, PluginError, RowError
+from relax_gym_core.jsonl import atomic_output, check_distinct, encode, open_source, read_rows
 from relax_gym_core.plugin import EnvironmentDefinition, Hooks, converted_row, make_plugin_manager
 
 

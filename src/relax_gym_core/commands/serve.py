@@ -12,18 +12,10 @@ import time
 from collections.abc import Iterable, Sequence
 
 from relax_gym_core.bridge import CallbackPolicy
-from relax_gym_core.errors import ConfigError
 from relax_gym_core.gateway import EnvironmentSpec, GatewaySettings, create_app, load_environments
-from relax_gym_core.gateway.server import bind, run, url_of
+from relax_gym_core.gateway.server import listen, run, url_of
 from relax_gym_core.plugin import Hooks, make_plugin_manager
 from relax_gym_core.trials import TrialStore, open_store, resolve_state_dir
-
-
-def listen(host: str, port: int) -> socket.socket:
-    try:
-        return bind(host, port)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 def open_state(state_dir: str | None, environments: Iterable[str]) -> tuple[str, TrialStore]:

@@ -20,18 +20,15 @@ import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
-
-from attrs import frozen
+from typing import Any
 
 from relax_gym_core.bridge import CallbackPolicy
-from relax_gym_core.commands.serve import close_state, listen, open_state
+from relax_gym_core.commands.serve import close_state, open_state
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.gateway import EnvironmentSpec, GatewaySettings, create_app
+from relax_gym_core.gateway import GatewaySettings, create_app
 from relax_gym_core.gateway.config import ReplicaSettings
-from relax_gym_core.gateway.server import run, url_of
+from relax_gym_core.gateway.server import listen, run, url_of
 from relax_gym_core.gym.config import servers_of
-from relax_gym_core.gym.local_launcher import LocalLauncher
 from relax_gym_core.gym.processes import gym_python, startup_timeout
 from relax_gym_core.gym.release import (
     NemoGymRelease,
@@ -39,59 +36,19 @@ from relax_gym_core.gym.release import (
     observability_config,
     observability_wanted,
 )
-from relax_gym_core.gym.replicas import ReplicaHandle, ReplicaLauncher, ReplicaSpec
-from relax_gym_core.plugin import EnvironmentDefinition, make_plugin_manager
+from relax_gym_core.plugin import make_plugin_manager
 from relax_gym_core.plugin.registry import RuntimeFactory
+from relax_gym_core.plugin.specs import specs_for
+from relax_gym_core.replicas.local import LocalLauncher
+from relax_gym_core.replicas.pool import ReplicaPool, StartedReplica
+from relax_gym_core.replicas.spec import ReplicaHandle, ReplicaLauncher, ReplicaSpec
 from relax_gym_core.runtimes import Runtime, builtin
-from relax_gym_core.runtimes.pool import ReplicaPool, StartedReplica
 
-RAY_LAUNCHER = "relax_gym_core.gym.ray_launcher"
+RAY_LAUNCHER = "relax_gym_core.replicas.ray"
 
 
 def _status(message: str) -> None:
     print(message, file=sys.stderr, flush=True)  # noqa: T201 - progress for the operator, not data
-
-
-class _Addressed(Protocol):
-    @property
-    def url(self) -> str: ...
-
-
-@frozen
-class _At:
-    url: str
-
-
-def environment_specs(
-    definitions: Sequence[EnvironmentDefinition],
-    servers: Mapping[str, _Addressed],
-    *,
-    max_concurrency: int | None = None,
-) -> tuple[EnvironmentSpec, ...]:
-    """Gateway specs for every registered config, pointing at the servers just started (`.url` each)."""
-    specs = []
-    for definition in definitions:
-        contract = definition.cleanup
-        cleanup = contract.resolve(servers[contract.server].url if contract.server else None)
-        behind_agent = definition.runtime == "nemo_gym"
-        readiness = definition.readiness or tuple(server.name for server in definition.servers)
-        for config in definition.configs:
-            specs.append(
-                EnvironmentSpec(
-                    config=config,
-                    environment=definition.name,
-                    runtime=definition.runtime,
-                    agent_name=definition.agent if behind_agent else None,
-                    agent_url=servers[definition.agent].url if behind_agent else None,
-                    interrupt_policy=definition.interrupt_policy,
-                    max_concurrency=max_concurrency or definition.max_concurrency,
-                    queue_capacity=definition.queue_capacity,
-                    max_deadline_s=definition.max_deadline_s,
-                    readiness_urls=tuple(servers[name].url + "/" for name in readiness),
-                    cleanup=cleanup,
-                )
-            )
-    return tuple(specs)
 
 
 def replica_resources(raw: str | None) -> dict[str, float]:
@@ -247,8 +204,7 @@ def up(
         )
 
     def runtimes_of(handle: ReplicaHandle) -> StartedReplica:
-        urls = {name: _At(url) for name, url in handle.urls.items()}
-        specs = environment_specs(definitions, urls, max_concurrency=max_concurrency)
+        specs = specs_for(definitions, handle.urls, max_concurrency=max_concurrency)
         by_name = {definition.name: definition for definition in definitions}
         runtimes: dict[tuple[str, str], Runtime] = {
             s.key: factories[s.runtime](s, by_name[s.environment]) for s in specs
@@ -280,9 +236,9 @@ def up(
         )
         # The gateway's specs (admission, /readyz fingerprint) are the first replica's; every run goes
         # through the pool, whatever runtime its environment names.
-        specs = environment_specs(
+        specs = specs_for(
             definitions,
-            {n: _At(u) for n, u in handles[0].urls.items()},
+            handles[0].urls,
             max_concurrency=max_concurrency,
         )
         pooled: RuntimeFactory = lambda s, _environment: pool.runtime_for(s.key)  # noqa: E731

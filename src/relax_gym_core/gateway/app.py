@@ -35,8 +35,8 @@ from relax_gym_core.protocol import (
     unstructure,
 )
 from relax_gym_core.protocol.jsonutil import canonical
+from relax_gym_core.replicas.pool import PoolRuntime, ReplicaPool
 from relax_gym_core.runtimes import ModelRoute, Runtime, builtin
-from relax_gym_core.runtimes.pool import PoolRuntime, ReplicaPool
 from relax_gym_core.trials import RecoveryPolicy, TrialBook, TrialService, TrialStore, open_store
 from relax_gym_core.web import (
     contain_errors,

@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from relax_gym_core.observe import CallbackOutcome, Transition, TrialEvent
-from relax_gym_core.runtimes.pool import ReplicaPool
+from relax_gym_core.replicas.pool import ReplicaPool
 from relax_gym_core.trials import Admission, EnvKey
 
 # Seconds: a model call takes milliseconds to minutes; a trial phase seconds to hours.

@@ -15,6 +15,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
+from relax_gym_core.errors import ConfigError
 from relax_gym_core.gateway.config import Limits
 from relax_gym_core.gateway.connections import ConnectionGuard, guarded_protocol
 
@@ -65,6 +66,13 @@ def connection_cap(configured: int, fd_limit: int) -> int:
     if fd_limit == resource.RLIM_INFINITY:
         return configured
     return max(1, min(configured, (fd_limit - FD_RESERVE) // 2))
+
+
+def listen(host: str, port: int) -> socket.socket:
+    try:
+        return bind(host, port)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -19,7 +20,7 @@ from cattrs.gen import make_dict_structure_fn
 
 from relax_gym_core.errors import ConfigError, FieldError, ProtocolError
 from relax_gym_core.plugin.cleanup import CleanupURLs
-from relax_gym_core.plugin.environment import Admission, admission_of
+from relax_gym_core.plugin.environment import Admission, EnvironmentDefinition, admission_of
 from relax_gym_core.protocol import InterruptPolicy, converter, structure
 from relax_gym_core.protocol.types import split_http_url
 
@@ -184,3 +185,36 @@ __all__ = [
     "parse_environments",
     "parse_spec",
 ]
+
+
+def specs_for(
+    definitions: Sequence[EnvironmentDefinition],
+    urls: Mapping[str, str],
+    *,
+    max_concurrency: int | None = None,
+) -> tuple[EnvironmentSpec, ...]:
+    """Gateway specs for every registered config of `definitions`, whose servers listen at `urls` (base URL
+    by server name, as `relax-gym up` started them)."""
+    specs = []
+    for definition in definitions:
+        contract = definition.cleanup
+        cleanup = contract.resolve(urls[contract.server] if contract.server else None)
+        behind_agent = definition.runtime == "nemo_gym"
+        readiness = definition.readiness or tuple(server.name for server in definition.servers)
+        for config in definition.configs:
+            specs.append(
+                EnvironmentSpec(
+                    config=config,
+                    environment=definition.name,
+                    runtime=definition.runtime,
+                    agent_name=definition.agent if behind_agent else None,
+                    agent_url=urls[definition.agent] if behind_agent else None,
+                    interrupt_policy=definition.interrupt_policy,
+                    max_concurrency=max_concurrency or definition.max_concurrency,
+                    queue_capacity=definition.queue_capacity,
+                    max_deadline_s=definition.max_deadline_s,
+                    readiness_urls=tuple(urls[name] + "/" for name in readiness),
+                    cleanup=cleanup,
+                )
+            )
+    return tuple(specs)

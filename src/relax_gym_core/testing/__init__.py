@@ -5,17 +5,8 @@ Importable with the light core plus hypothesis (no web stack). The scripted poli
 gateway processes live in ``relax_gym_core.testing.web`` (needs the gateway extra).
 """
 
-from relax_gym_core.testing.contract import (
-    REFERENCE_NORMALISED,
-    ConformanceError,
-    check_conversion,
-    check_probes,
-    check_registration,
-    check_result_mapping,
-)
-from relax_gym_core.testing.observer import RecordingObserver
-from relax_gym_core.testing.oracle import OracleScript
-from relax_gym_core.testing.replies import (
+from relax_gym_core.policies.oracle import OracleScript
+from relax_gym_core.policies.replies import (
     ErrorReply,
     Gate,
     ModelReply,
@@ -29,6 +20,15 @@ from relax_gym_core.testing.replies import (
     reply_text,
     reply_tool_calls,
 )
+from relax_gym_core.testing.contract import (
+    REFERENCE_NORMALISED,
+    ConformanceError,
+    check_conversion,
+    check_probes,
+    check_registration,
+    check_result_mapping,
+)
+from relax_gym_core.testing.observer import RecordingObserver
 from relax_gym_core.testing.strategies import corrupted_rows, create_requests, json_values, snapshots
 
 __all__ = [

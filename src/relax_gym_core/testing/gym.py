@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import httpx
 from attrs import frozen
 
-from relax_gym_core.commands.probe import resources_server
+from relax_gym_core.gym.probe import resources_server
 from relax_gym_core.gym.processes import PYTHON_VAR, free_ports, run_gym_servers
 from relax_gym_core.plugin import (
     EnvironmentDefinition,
@@ -42,8 +42,8 @@ from relax_gym_core.plugin import (
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
+    from relax_gym_core.policies.threaded import ThreadedServer
     from relax_gym_core.testing.processes import GatewayProcess
-    from relax_gym_core.testing.threaded import ThreadedServer
 
 VERIFY_TIMEOUT_S = 120.0
 
@@ -83,7 +83,7 @@ class ModelSlot:
         from starlette.applications import Starlette  # noqa: PLC0415 - the web stack only when used
         from starlette.routing import Route  # noqa: PLC0415
 
-        from relax_gym_core.testing.threaded import ThreadedServer  # noqa: PLC0415
+        from relax_gym_core.policies.threaded import ThreadedServer  # noqa: PLC0415
 
         self._app: ASGIApp | None = None
         # A Route whose endpoint is not a function hands the request on as ASGI, path unchanged.

@@ -5,9 +5,9 @@ the light core plus hypothesis: Relax installs ``relax-gym-core`` without the ga
 module needs the gateway extra (Starlette, uvicorn).
 """
 
-from relax_gym_core.testing.policy import PolicyByToken, ScriptedPolicy, run_policy
+from relax_gym_core.policies.server import PolicyByToken, ScriptedPolicy, run_policy
+from relax_gym_core.policies.threaded import ThreadedServer, serve_in_thread
 from relax_gym_core.testing.processes import GatewayProcess, start_gateway, start_up
-from relax_gym_core.testing.threaded import ThreadedServer, serve_in_thread
 
 __all__ = [
     "GatewayProcess",

@@ -20,8 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from relax_gym_core.commands.rollout_data import example_rows
 from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.rollout.data import example_rows
 
 POLICY = "oracle:0.3"
 REPEATS = 3

@@ -23,11 +23,11 @@ from typing import Any
 
 from attrs import frozen
 
-from relax_gym_core.commands import report_plots as plots
-from relax_gym_core.commands.jsonl import atomic_output
-from relax_gym_core.commands.rollout_store import RUN_FILE, SUMMARY_FILE, load_trials, read_run
-from relax_gym_core.commands.rollout_summary import is_scored, summarize
 from relax_gym_core.errors import ConversionError
+from relax_gym_core.jsonl import atomic_output
+from relax_gym_core.rollout import plots
+from relax_gym_core.rollout.store import RUN_FILE, SUMMARY_FILE, load_trials, read_run
+from relax_gym_core.rollout.summary import is_scored, summarize
 
 SLOWEST = 10
 MAX_LISTED = 200

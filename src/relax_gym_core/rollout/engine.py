@@ -23,9 +23,13 @@ import anyio.to_thread
 import httpx
 from attrs import frozen
 
-from relax_gym_core.commands.live import LiveView, Progress
-from relax_gym_core.commands.rollout_data import DataRow, config_resolver, load_rows, parse_target
-from relax_gym_core.commands.rollout_policy import (
+from relax_gym_core.errors import ConfigError, RelaxGymError
+from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.protocol import InterruptPolicy
+from relax_gym_core.protocol.types import split_http_url
+from relax_gym_core.rollout.data import DataRow, config_resolver, load_rows, parse_target
+from relax_gym_core.rollout.live import LiveView, Progress
+from relax_gym_core.rollout.policy import (
     OracleSpec,
     Policy,
     check_policy,
@@ -33,14 +37,14 @@ from relax_gym_core.commands.rollout_policy import (
     parse_policy,
     read_key,
 )
-from relax_gym_core.commands.rollout_run import (
+from relax_gym_core.rollout.run import (
     Engine,
     Planned,
     ReplayAwareClient,
     TrialSettings,
     client_options,
 )
-from relax_gym_core.commands.rollout_store import (
+from relax_gym_core.rollout.store import (
     RUN_FILE,
     SUMMARY_FILE,
     TRIALS_FILE,
@@ -53,14 +57,10 @@ from relax_gym_core.commands.rollout_store import (
     write_run,
     write_summary,
 )
-from relax_gym_core.commands.rollout_summary import summarize
-from relax_gym_core.errors import ConfigError, RelaxGymError
-from relax_gym_core.plugin import Hooks, make_plugin_manager
-from relax_gym_core.protocol import InterruptPolicy
-from relax_gym_core.protocol.types import split_http_url
+from relax_gym_core.rollout.summary import summarize
 
 if TYPE_CHECKING:
-    from relax_gym_core.commands.rollout_gateway import TrialWatch
+    from relax_gym_core.rollout.gateway import TrialWatch
 
 DEFAULT_DEADLINE_S = 900.0
 INTERRUPTED = 130
@@ -233,7 +233,7 @@ def rollout(options: RolloutOptions) -> int:
         if gateway_url is None:
             # The web stack is imported only when this command serves the gateway itself.
             try:
-                from relax_gym_core.commands.rollout_gateway import TrialWatch, own_gateway  # noqa: PLC0415
+                from relax_gym_core.rollout.gateway import TrialWatch, own_gateway  # noqa: PLC0415
             except ImportError as exc:
                 raise ConfigError(
                     f"serving a gateway needs the gateway extra (pip install 'relax-gym-core[gateway]'), "
@@ -261,7 +261,7 @@ def rollout(options: RolloutOptions) -> int:
         if prepared.held is None:
             write_run(out, info)
         if watch is not None:
-            from relax_gym_core.commands.rollout_gateway import gateway_log  # noqa: PLC0415
+            from relax_gym_core.rollout.gateway import gateway_log  # noqa: PLC0415
 
             stack.enter_context(gateway_log(out / GATEWAY_LOG))
         if prepared.held is not None and prepared.torn:

@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from relax_gym_core.testing.replies import (
+from relax_gym_core.policies.replies import (
     ErrorReply,
     Gate,
     RecordedRequest,
@@ -47,7 +47,7 @@ from relax_gym_core.testing.replies import (
     _dumps,
     default_script,
 )
-from relax_gym_core.testing.threaded import ThreadedServer
+from relax_gym_core.policies.threaded import ThreadedServer
 
 __all__ = ["PREFIX", "ScriptedPolicy", "run_policy"]
 

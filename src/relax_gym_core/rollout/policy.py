@@ -162,9 +162,9 @@ def oracle_policy(hooks: Hooks, environments: Iterable[str], spec: OracleSpec, s
     """A real policy server in this process that answers each known row with its probe's known-good output
     (or, for trials drawn bad, a known-bad one): a whole rollout runs without any model."""
     try:  # the web stack only for the oracle
-        from relax_gym_core.testing.oracle import OracleScript  # noqa: PLC0415
-        from relax_gym_core.testing.policy import ScriptedPolicy  # noqa: PLC0415
-        from relax_gym_core.testing.replies import RecordedRequest, ScriptedReply  # noqa: PLC0415
+        from relax_gym_core.policies.oracle import OracleScript  # noqa: PLC0415
+        from relax_gym_core.policies.replies import RecordedRequest, ScriptedReply  # noqa: PLC0415
+        from relax_gym_core.policies.server import ScriptedPolicy  # noqa: PLC0415
     except ImportError as exc:
         raise ConfigError(
             f"--policy oracle serves a policy: pip install 'relax-gym-core[gateway]' ({exc})"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.processes import GymServerProcess, run_gym_servers
-from relax_gym_core.gym.replicas import ReplicaSpec
+from relax_gym_core.replicas.spec import ReplicaSpec
 
 __all__ = ["LocalLauncher", "LocalReplica"]
 

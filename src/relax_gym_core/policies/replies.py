@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from attrs import evolve, field, frozen
 
-from relax_gym_core.testing.formats import (
+from relax_gym_core.policies.formats import (
     anthropic_message,
     anthropic_sse,
     chat_completion,

@@ -1,6 +1,6 @@
 """The Ray side of RayLauncher: a Ray driver in the NeMo Gym environment (the one module importing Ray).
 
-    python -m relax_gym_core.gym.ray_host --address ADDRESS [--resources JSON] [--ping-timeout S]
+    python -m relax_gym_core.replicas.ray_host --address ADDRESS [--resources JSON] [--ping-timeout S]
         [--probe-interval S]
 
 One host per launcher. It joins the cluster, then reads one JSON request per line on stdin and answers
@@ -381,6 +381,6 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     # Run as the module's own name, not __main__: Ray pickles the actor class by reference to it.
-    from relax_gym_core.gym import ray_host  # noqa: PLW0406
+    from relax_gym_core.replicas import ray_host
 
     ray_host.main()

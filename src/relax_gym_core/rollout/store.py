@@ -22,8 +22,8 @@ from typing import Any
 
 from attrs import asdict, fields, frozen
 
-from relax_gym_core.commands.jsonl import atomic_output
 from relax_gym_core.errors import ConversionError
+from relax_gym_core.jsonl import atomic_output
 
 RUN_FILE = "run.json"
 TRIALS_FILE = "trials.jsonl"

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from relax_gym_core.plugin import VerifierProbe
-from relax_gym_core.testing.replies import (
+from relax_gym_core.policies.replies import (
     RecordedRequest,
     ScriptedReply,
     ToolCall,

@@ -23,17 +23,16 @@ import uvicorn
 from starlette.applications import Starlette
 
 from relax_gym_core.bridge import CallbackPolicy
-from relax_gym_core.commands.rollout_data import ECHO
-from relax_gym_core.commands.serve import listen
-from relax_gym_core.commands.up import environment_specs
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gateway import EnvironmentSpec, GatewaySettings, create_app
-from relax_gym_core.gateway.server import url_of
+from relax_gym_core.gateway.server import listen, url_of
 from relax_gym_core.gym.config import servers_of
 from relax_gym_core.gym.processes import run_gym_servers
 from relax_gym_core.observe import CallbackOutcome, Transition
 from relax_gym_core.plugin import Hooks
+from relax_gym_core.plugin.specs import specs_for
 from relax_gym_core.protocol.types import split_http_url
+from relax_gym_core.rollout.data import ECHO
 from relax_gym_core.trials import MemoryStore
 
 START_TIMEOUT_S = 60.0
@@ -174,7 +173,8 @@ def own_gateway(
             _status(f"starting NeMo Gym servers: {', '.join(s.name for s in servers)}")
             gym = run_gym_servers(servers, gateway_host=host, gateway_port=sock.getsockname()[1])
         with gym as running:
-            specs = environment_specs(definitions, running, max_concurrency=concurrency)
+            urls = {name: server.url for name, server in running.items()}
+            specs = specs_for(definitions, urls, max_concurrency=concurrency)
             if ECHO in environments:
                 specs = (*specs, _echo_spec(concurrency))
             settings = GatewaySettings.from_env(specs, callback_policy=callback, public_url=url_of(sock))

@@ -29,9 +29,6 @@ from relax_gym_core.client import (
     run_trial,
 )
 from relax_gym_core.client.exceptions import TrialGoneError
-from relax_gym_core.commands.live import Progress
-from relax_gym_core.commands.rollout_data import DataRow
-from relax_gym_core.commands.rollout_policy import Policy, oracle_token
 from relax_gym_core.errors import GatewayRequestError, ProtocolError, RelaxGymError
 from relax_gym_core.protocol import (
     PROTOCOL_VERSION,
@@ -43,6 +40,9 @@ from relax_gym_core.protocol import (
     TrialSnapshot,
     TrialStatus,
 )
+from relax_gym_core.rollout.data import DataRow
+from relax_gym_core.rollout.live import Progress
+from relax_gym_core.rollout.policy import Policy, oracle_token
 
 CLEANUP_WAIT_S = 60.0  # how long a trial's slot waits for its cleanup verdict before recording "pending"
 LEASE_S = 60.0

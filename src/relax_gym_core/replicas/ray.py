@@ -1,6 +1,6 @@
 """Replicas as Ray actors on an existing cluster (a ReplicaLauncher), without importing Ray here.
 
-Ray lives in the NeMo Gym environment: the launcher runs one long-lived `relax_gym_core.gym.ray_host`
+Ray lives in the NeMo Gym environment: the launcher runs one long-lived `relax_gym_core.replicas.ray_host`
 process there (a Ray driver) and talks to it in JSON lines over its stdin/stdout. Each replica is one
 actor, placed by Ray (SPREAD, with the resources given per replica), that starts and owns the replica's
 servers on its node's address. The host's actors are owned by it, so if the host dies Ray kills them,
@@ -26,7 +26,7 @@ from typing import IO, Any
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import merged_config
 from relax_gym_core.gym.processes import gym_python, stop_process
-from relax_gym_core.gym.replicas import ReplicaSpec
+from relax_gym_core.replicas.spec import ReplicaSpec
 
 __all__ = ["DEFAULT_RESOURCES", "RayLauncher", "RayReplica"]
 
@@ -142,7 +142,7 @@ class RayLauncher:
             self._process = subprocess.Popen(  # noqa: S603 - our interpreter, our module
                 [
                     interpreter,
-                    *("-m", "relax_gym_core.gym.ray_host", "--address", address),
+                    *("-m", "relax_gym_core.replicas.ray_host", "--address", address),
                     *("--resources", json.dumps(self.resources), "--ping-timeout", str(ping_timeout_s)),
                     *("--probe-interval", str(probe_interval_s)),
                 ],

@@ -55,7 +55,7 @@ PROBE_TIMEOUT_S = 10.0  # one GET / of one server
 
 
 class ReplicaProcesses(Protocol):
-    """What the pool needs of a started replica (relax_gym_core.gym.replicas.ReplicaHandle has it)."""
+    """What the pool needs of a started replica (relax_gym_core.replicas.spec.ReplicaHandle has it)."""
 
     @property
     def name(self) -> str: ...

@@ -15,13 +15,14 @@ from typing import Any
 
 from attrs import frozen
 
-from relax_gym_core.commands.jsonl import open_source, read_rows
-from relax_gym_core.commands.mix import ROUTE_KEYS
 from relax_gym_core.errors import ConversionError
+from relax_gym_core.jsonl import open_source, read_rows
 from relax_gym_core.plugin import Hooks, converted_row
 from relax_gym_core.plugin.environment import relax_row_problem
 
 ECHO = "echo"  # the built-in environment: no plugin registers it, every gateway can serve it
+
+ROUTE_KEYS = ("environment", "config")  # the metadata keys the thin client routes a row by
 
 
 @frozen

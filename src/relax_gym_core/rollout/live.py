@@ -18,7 +18,7 @@ from typing import IO, Any
 import anyio
 from attrs import frozen
 
-from relax_gym_core.commands.rollout_summary import is_scored
+from relax_gym_core.rollout.summary import is_scored
 
 PLAIN_INTERVAL_S = 10.0
 LIVE_INTERVAL_S = 0.25
