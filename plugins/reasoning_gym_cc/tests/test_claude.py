@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from relax_gym_reasoning_gym_cc import claude, env
+from relax_gym_reasoning_gym_cc import claude, plugin
 
 
 def fake_install(prefix: Path, version: str) -> Path:
@@ -57,7 +57,7 @@ def test_relax_gym_plugins_reports_the_cli_version_and_path() -> None:
     (ours,) = [p for p in json.loads(listed.stdout)["plugins"] if p["name"] == "reasoning_gym_cc"]
     (environment,) = ours["environments"]
     expected = f"Claude Code 2.1.237 at {claude.require({}).path}"
-    assert environment["name"] == env.ENVIRONMENT and expected in environment["description"]
+    assert environment["name"] == plugin.REASONING_GYM.name and expected in environment["description"]
     table = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
     assert expected in table.stdout
 

@@ -11,10 +11,9 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
-from relax_gym_core.plugin import converted_row
 from relax_gym_core.gym import installed
 from relax_gym_core.gym.processes import gym_python
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.plugin import converted_row, make_plugin_manager
 
 from relax_gym_reasoning_gym_cc import plugin
 from relax_gym_reasoning_gym_cc.data import EXAMPLE_FILE, TASKS

@@ -8,13 +8,21 @@ import copy
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import converted_row
 from relax_gym_core.gym.installed import example_rows as upstream_example_rows
-from relax_gym_core.plugin import EnvironmentFailure, Hooks, RowError, make_plugin_manager
+from relax_gym_core.ingym import CLEANUP_PATH
+from relax_gym_core.plugin import (
+    CleanupContract,
+    EnvironmentDefinition,
+    EnvironmentFailure,
+    Hooks,
+    RowError,
+    converted_row,
+    make_plugin_manager,
+)
 from relax_gym_core.protocol import Generation, TrialStatus
 from relax_gym_core.testing import check_conversion, check_registration, check_result_mapping
 
-from relax_gym_reasoning_gym_cc import env, plugin
+from relax_gym_reasoning_gym_cc import plugin
 from relax_gym_reasoning_gym_cc.data import example_rows
 from relax_gym_reasoning_gym_cc.prompts import prompt
 
@@ -26,6 +34,11 @@ UPSTREAM = "resources_servers.reasoning_gym"
 @pytest.fixture
 def hooks() -> Hooks:
     return make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("reasoning_gym_cc", plugin)])
+
+
+@pytest.fixture
+def environment(hooks: Hooks) -> EnvironmentDefinition:
+    return hooks.environments.get(ENV)
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +60,16 @@ def test_the_installed_plugin_registers_the_recipe_names() -> None:
     definition = check_registration(hooks, ENV)
     owner = hooks.owner(ENV)
     assert owner is not None and owner.distribution == "relax-gym-reasoning-gym-cc"
-    assert (definition.configs, definition.agent) == (("reasoning-gym-cc-v1",), env.AGENT)
+    assert (definition.configs, definition.agent) == (("reasoning-gym-cc-v1",), plugin.AGENT)
     servers = {server.name: server for server in definition.servers}
     resources = servers["reasoning_gym"]
     assert (resources.kind, resources.implementation) == ("resources_servers", "reasoning_gym")
     assert resources.server_class == "resources_servers.reasoning_gym.app:ReasoningGymResourcesServer"
-    assert servers[env.AGENT].config["resources_server"] == {
+    assert servers[plugin.AGENT].config["resources_server"] == {
         "type": "resources_servers",
         "name": "reasoning_gym",
     }
-    assert hooks.environments.get(ENV).cleanup == env.CLEANUP
+    assert hooks.environments.get(ENV).cleanup == CleanupContract.at(plugin.AGENT, CLEANUP_PATH)
 
 
 # ---- conversion ------------------------------------------------------------------------------------------
@@ -77,27 +90,27 @@ def test_real_rows_of_every_shape_pass_the_conversion_contract(
         assert generated["input"] == bare["input"]
 
 
-def test_a_bare_row_is_asked_for_answer_tags(hooks: Hooks) -> None:
+def test_a_bare_row_is_asked_for_answer_tags(environment: EnvironmentDefinition) -> None:
     row = unprompted(example_rows()[0])
-    (message,) = converted_row(hooks.environments.get(ENV), row)["input"]
+    (message,) = converted_row(environment, row)["input"]
     assert message == {"role": "user", "content": prompt(row["question"])}
     assert "<answer>answer here</answer>" in message["content"]
     assert message["content"].endswith("\n\n" + row["question"])
 
 
-def test_agent_ref_is_dropped_on_the_way_in_and_out(hooks: Hooks) -> None:
+def test_agent_ref_is_dropped_on_the_way_in_and_out(environment: EnvironmentDefinition) -> None:
     """Published rows name upstream's agent; relax-gym routes by environment and config."""
     row = {
         **example_rows()[2],
         "agent_ref": {"type": "responses_api_agents", "name": "reasoning_gym_simple_agent"},
     }
-    converted = converted_row(hooks.environments.get(ENV), copy.deepcopy(row))
+    converted = converted_row(environment, copy.deepcopy(row))
     assert "agent_ref" not in converted["metadata"]
     task = {
         "messages": converted["input"],
         "metadata": {**converted["metadata"], "agent_ref": row["agent_ref"]},
     }
-    body = hooks.environments.get(ENV).build_run_body(task, Generation(), ROLLOUT)
+    body = environment.build_run_body(task, Generation(), ROLLOUT)
     assert "agent_ref" not in body
     assert (body["question"], body["answer"], body["metadata"]) == (
         row["question"],
@@ -157,26 +170,26 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_rows_raise_row_error_naming_the_field(hooks: Hooks, case: str) -> None:
+def test_bad_rows_raise_row_error_naming_the_field(environment: EnvironmentDefinition, case: str) -> None:
     row, message = BAD[case]
     with pytest.raises(RowError) as caught:
-        converted_row(hooks.environments.get(ENV), copy.deepcopy(row))
+        converted_row(environment, copy.deepcopy(row))
     assert str(caught.value).startswith(message), str(caught.value)
 
 
-def test_a_null_answer_is_a_row(hooks: Hooks) -> None:
+def test_a_null_answer_is_a_row(environment: EnvironmentDefinition) -> None:
     """Upstream's verify request allows it (tasks whose scorer checks the answer itself)."""
-    converted = converted_row(hooks.environments.get(ENV), with_fields(answer=None))
+    converted = converted_row(environment, with_fields(answer=None))
     assert converted["metadata"]["answer"] is None
 
 
-def test_rows_of_no_reasoning_gym_task_are_dropped_from_mixes(hooks: Hooks) -> None:
-    kept = converted_row(hooks.environments.get(ENV), good())
-    assert hooks.environments.get(ENV).drop_reason(kept) is None
-    typo = converted_row(hooks.environments.get(ENV), with_fields(metadata={"source_dataset": "leg_count"}))
-    assert hooks.environments.get(ENV).drop_reason(typo) == "unknown reasoning-gym task"
-    mixer = converted_row(hooks.environments.get(ENV), with_fields(metadata={"source_dataset": "composite"}))
-    assert hooks.environments.get(ENV).drop_reason(mixer) == "unknown reasoning-gym task"
+def test_rows_of_no_reasoning_gym_task_are_dropped_from_mixes(environment: EnvironmentDefinition) -> None:
+    kept = converted_row(environment, good())
+    assert environment.drop_reason(kept) is None
+    typo = converted_row(environment, with_fields(metadata={"source_dataset": "leg_count"}))
+    assert environment.drop_reason(typo) == "unknown reasoning-gym task"
+    mixer = converted_row(environment, with_fields(metadata={"source_dataset": "composite"}))
+    assert environment.drop_reason(mixer) == "unknown reasoning-gym task"
 
 
 # ---- /run bodies -----------------------------------------------------------------------------------------
@@ -191,20 +204,20 @@ def test_rows_of_no_reasoning_gym_task_are_dropped_from_mixes(hooks: Hooks) -> N
     ],
 )
 def test_a_task_the_verifier_cannot_score_is_refused_before_the_run(
-    hooks: Hooks, metadata: dict[str, Any], message: str
+    environment: EnvironmentDefinition, metadata: dict[str, Any], message: str
 ) -> None:
     task = {"messages": [{"role": "user", "content": "q"}], "metadata": metadata}
     with pytest.raises(RowError, match=f"^{message}"):
-        hooks.environments.get(ENV).build_run_body(task, Generation(), ROLLOUT)
+        environment.build_run_body(task, Generation(), ROLLOUT)
 
 
-def test_a_task_without_a_prompt_is_refused(hooks: Hooks) -> None:
+def test_a_task_without_a_prompt_is_refused(environment: EnvironmentDefinition) -> None:
     task = {
         "messages": [],
         "metadata": {"question": "q", "answer": "1", "metadata": {"source_dataset": "gcd"}},
     }
     with pytest.raises(RowError, match=r"^responses_create_params\.input must be a non-empty"):
-        hooks.environments.get(ENV).build_run_body(task, Generation(), ROLLOUT)
+        environment.build_run_body(task, Generation(), ROLLOUT)
 
 
 # ---- results ---------------------------------------------------------------------------------------------
@@ -256,15 +269,17 @@ def test_result_mapping_contract(hooks: Hooks) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(FAILURES))
-def test_an_unverified_answer_is_a_failure_never_a_zero(hooks: Hooks, case: str) -> None:
+def test_an_unverified_answer_is_a_failure_never_a_zero(
+    environment: EnvironmentDefinition, case: str
+) -> None:
     body, kind = FAILURES[case]
     with pytest.raises(EnvironmentFailure) as caught:
-        hooks.environments.get(ENV).map_result(copy.deepcopy(body))
+        environment.map_result(copy.deepcopy(body))
     assert caught.value.kind == kind
 
 
-def test_results_carry_reasoning_gyms_own_figures(hooks: Hooks) -> None:
-    result = hooks.environments.get(ENV).map_result(copy.deepcopy(REAL_BODY))
+def test_results_carry_reasoning_gyms_own_figures(environment: EnvironmentDefinition) -> None:
+    result = environment.map_result(copy.deepcopy(REAL_BODY))
     assert (result.status, result.reward) == (TrialStatus.COMPLETED, 1.0)
     assert result.metrics == {
         "model_output_items": 3,
@@ -276,23 +291,19 @@ def test_results_carry_reasoning_gyms_own_figures(hooks: Hooks) -> None:
         "answer_extracted": True,
         "finished_naturally": True,
     }
-    untagged = hooks.environments.get(ENV).map_result({**copy.deepcopy(REAL_BODY), "reward": 0.0, "extracted_answer": ""})
+    untagged = environment.map_result({**copy.deepcopy(REAL_BODY), "reward": 0.0, "extracted_answer": ""})
     assert (untagged.reward, untagged.metrics["answer_extracted"]) == (0.0, False)
 
 
-def test_a_run_stopped_before_its_final_message_is_truncated_with_its_score(hooks: Hooks) -> None:
+def test_a_run_stopped_before_its_final_message_is_truncated_with_its_score(
+    environment: EnvironmentDefinition,
+) -> None:
     body = copy.deepcopy(REAL_BODY)
     body["response"]["output"] = body["response"]["output"][:2]  # max turns hit after the Bash call
     body.update(reward=0.0, extracted_answer="", turns_used=0, finished_naturally=False)
-    result = hooks.environments.get(ENV).map_result(body)
+    result = environment.map_result(body)
     assert (result.status, result.reward, result.metrics["finished_naturally"]) == (
         TrialStatus.TRUNCATED,
         0.0,
         False,
     )
-
-
-def test_other_environments_are_left_to_their_plugins(hooks: Hooks) -> None:
-    assert hooks.environments.get("some_other_env").map_result({"response": {"output": []}}).reward is None
-    assert list(hooks.environments.get("some_other_env").verifier_probes()) == []
-    assert hooks.environments.get("some_other_env").drop_reason({"input": [], "metadata": {}}) is None

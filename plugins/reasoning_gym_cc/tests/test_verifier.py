@@ -9,13 +9,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import Hooks, make_plugin_manager, verify_body
+from relax_gym_core.plugin import Hooks, answer, converted_row, make_plugin_manager, verify_body
 from relax_gym_core.testing import check_probes
 from relax_gym_core.testing.gym import Verifier
 
 from relax_gym_reasoning_gym_cc import plugin
 from relax_gym_reasoning_gym_cc.data import example_rows
-from relax_gym_reasoning_gym_cc.probes import answer_output
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nemo_gym("reasoning_gym")]
 
@@ -33,7 +32,7 @@ def verifier(relax_gym_verifier: Callable[..., Verifier]) -> Verifier:
 
 
 def output(text: str) -> list[dict[str, Any]]:
-    return [dict(item) for item in answer_output(text)]
+    return [dict(item) for item in answer(text)]
 
 
 def test_every_probe_gets_its_reward_from_the_real_verifier(hooks: Hooks, verifier: Verifier) -> None:

@@ -29,7 +29,6 @@ import logging
 import shutil
 import sys
 import tempfile
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,8 @@ from uuid import uuid4
 from fastapi import FastAPI, HTTPException, Request
 from nemo_gym.skills import stage_skills
 from pydantic import PrivateAttr
+from relax_gym_core.ingym import BRIDGE_PREFIX, CLEANUP_PATH, CleanedRollouts, rollout_id_of, tag_of
+from relax_gym_core.ingym.sandbox import SEARCH_PATH
 from responses_api_agents.claude_code_agent.app import (
     ClaudeCodeAgent,
     ClaudeCodeAgentConfig,
@@ -56,11 +57,6 @@ from relax_gym_reasoning_gym_cc.sandbox import (
 
 LOG = logging.getLogger("relax_gym.reasoning_gym_cc")
 
-# Copies of relax_gym_core.protocol's wire names: this module runs in the NeMo Gym environment, where
-# relax_gym_core.protocol does not import (no cattrs there). tests/protocol/test_bridge_names.py pins them.
-BRIDGE_PREFIX = "/ng-rollout/"  # the per-trial model-call prefix, then the rollout id
-ROLLOUT_TAG = "relax_gym_rollout"  # where the gateway puts the rollout id in the params' metadata
-CLEANUP_PATH = "/cleanup/{rollout_id}"
 TRIALS_PATH = "/relax_gym/trials"
 _CLEANED_KEPT = 65536  # rollout ids remembered as cleaned (a later /run for one is refused)
 
@@ -87,31 +83,15 @@ class _Live:
 _RUN: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("relax_gym_cc_run", default=None)
 
 
-def _index(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        return None
-    return str(value) if str(value) else None
-
-
-def _tag(body: ClaudeCodeAgentRunRequest) -> str | None:
-    params = body.responses_create_params
-    metadata = params.get("metadata") if isinstance(params, dict) else getattr(params, "metadata", None)
-    tag = metadata.get(ROLLOUT_TAG) if isinstance(metadata, dict) else None
-    return tag if isinstance(tag, str) and tag else None
-
-
 def run_identity(body: ClaudeCodeAgentRunRequest) -> _Run:
     """The rollout id, joined from _ng_task_index/_ng_rollout_index as NeMo Gym joins them (else the
     gateway's tag, else a fresh one for a plain NeMo Gym rollout). A run the gateway tagged is a trial:
     its model calls go to the trial's bridge; any other goes to the model server unprefixed."""
-    extra = body.model_extra or {}
-    task, rollout = _index(extra.get("_ng_task_index")), _index(extra.get("_ng_rollout_index"))
-    tag = _tag(body)
-    if task is not None and rollout is not None:
-        return _Run(f"{task}-{rollout}", bridged=tag is not None)
-    if tag is not None:
-        return _Run(tag, bridged=True)
-    return _Run(f"local-{uuid4().hex}", bridged=False)
+    params = body.responses_create_params
+    rollout_id = rollout_id_of(body.model_extra, params)
+    if rollout_id is None:
+        return _Run(f"local-{uuid4().hex}", bridged=False)
+    return _Run(rollout_id, bridged=tag_of(params) is not None)
 
 
 class SandboxedClaudeCodeAgentConfig(ClaudeCodeAgentConfig):  # type: ignore[misc]
@@ -127,7 +107,7 @@ class SandboxedClaudeCodeAgent(ClaudeCodeAgent):  # type: ignore[misc]
     _sandbox_report: str = PrivateAttr(default="")
     _trials_root: Path = PrivateAttr()
     _live: dict[str, _Live] = PrivateAttr(default_factory=dict)
-    _cleaned: OrderedDict[str, None] = PrivateAttr(default_factory=OrderedDict)
+    _cleaned: CleanedRollouts = PrivateAttr(default_factory=lambda: CleanedRollouts(_CLEANED_KEPT))
 
     def model_post_init(self, __context: Any) -> None:
         # Not super(): upstream's would install Claude Code (npm -g, or a Node download) when it is missing.
@@ -163,10 +143,7 @@ class SandboxedClaudeCodeAgent(ClaudeCodeAgent):  # type: ignore[misc]
 
     async def cleanup(self, rollout_id: str) -> dict[str, Any]:
         """Abort and force cleanup: never start the rollout again, kill its processes, remove its dirs."""
-        self._cleaned[rollout_id] = None
-        self._cleaned.move_to_end(rollout_id)
-        while len(self._cleaned) > _CLEANED_KEPT:
-            self._cleaned.popitem(last=False)
+        self._cleaned.add(rollout_id)
         live = self._live.get(rollout_id)
         if live is not None:
             for process in live.processes:
@@ -223,7 +200,7 @@ class SandboxedClaudeCodeAgent(ClaudeCodeAgent):  # type: ignore[misc]
         self, dirs: trials.TrialDirs, rollout_id: str, base_url: str, model: str
     ) -> dict[str, str]:
         environment = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "PATH": SEARCH_PATH,
             "LANG": "C.UTF-8",
             "HOME": str(dirs.workspace),
             "TMPDIR": str(dirs.tmp),

@@ -14,29 +14,15 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from relax_gym_core.plugin import VerifierProbe
+from relax_gym_core.plugin import VerifierProbe, answer
 
 from relax_gym_reasoning_gym_cc.data import example_rows
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
-def answer_output(text: str, tag: str = "0") -> tuple[Mapping[str, Any], ...]:
-    """The Responses output of an agent whose one final message is `text`."""
-    content = [{"type": "output_text", "text": text, "annotations": []}]
-    return (
-        {
-            "type": "message",
-            "id": f"msg_{tag}",
-            "role": "assistant",
-            "status": "completed",
-            "content": content,
-        },
-    )
-
-
-def tagged(answer: str) -> str:
-    return f"I worked it out step by step.\n<answer>{answer}</answer>"
+def tagged(text: str) -> str:
+    return f"I worked it out step by step.\n<answer>{text}</answer>"
 
 
 def _task(row: Mapping[str, Any]) -> str:
@@ -45,9 +31,9 @@ def _task(row: Mapping[str, Any]) -> str:
 
 def wrong_answer(rows: Sequence[Mapping[str, Any]], index: int) -> str:
     """A well-formed answer that is not rows[index]'s."""
-    answer = str(rows[index]["answer"])
-    if _NUMBER.fullmatch(answer):
-        return str(Decimal(answer) + 1)
+    own = str(rows[index]["answer"])
+    if _NUMBER.fullmatch(own):
+        return str(Decimal(own) + 1)
     task = _task(rows[index])
     for offset in range(1, len(rows)):
         other = rows[(index + offset) % len(rows)]
@@ -65,13 +51,13 @@ def verifier_probes() -> list[VerifierProbe]:
             VerifierProbe(
                 name=f"{name}:own_answer",
                 row=row,
-                output=answer_output(tagged(str(row["answer"])), f"{index}_right"),
+                output=answer(tagged(str(row["answer"])), f"{index}_right"),
                 expected_reward=1.0,
             ),
             VerifierProbe(
                 name=f"{name}:wrong_answer",
                 row=row,
-                output=answer_output(tagged(wrong_answer(rows, index)), f"{index}_wrong"),
+                output=answer(tagged(wrong_answer(rows, index)), f"{index}_wrong"),
                 expected_reward=0.0,
             ),
         ]

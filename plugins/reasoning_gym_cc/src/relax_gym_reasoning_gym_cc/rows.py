@@ -24,7 +24,6 @@ from relax_gym_core.plugin import RowError, reference
 from relax_gym_core.protocol import Generation
 
 from relax_gym_reasoning_gym_cc.data import TASKS
-from relax_gym_reasoning_gym_cc.env import ENVIRONMENT
 from relax_gym_reasoning_gym_cc.prompts import prompt
 
 PARAMS = "responses_create_params"
@@ -74,7 +73,7 @@ def convert_row(row: dict[str, Any]) -> dict[str, Any]:
         params = raw[PARAMS]
         if isinstance(params, dict):
             _check_input(params.get("input"))
-        return reference.convert_row(ENVIRONMENT, copy.deepcopy(raw))  # RowError for a malformed object
+        return reference.convert_row(copy.deepcopy(raw))  # RowError for a malformed object
     return {
         "input": [{"role": "user", "content": prompt(row["question"])}],
         "metadata": copy.deepcopy(raw),
@@ -92,7 +91,7 @@ def drop_reason(relax_row: dict[str, Any]) -> str | None:
 def build_run_body(task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
     """The reference /run body, checked like a row: a task the verifier cannot score (no
     metadata.source_dataset: HTTP 500 upstream) is refused before the CLI runs, not after."""
-    body = reference.build_run_body(ENVIRONMENT, task, generation, rollout_id)
+    body = reference.build_run_body(task, generation, rollout_id)
     body.pop("agent_ref", None)
     check_fields(body)
     params = body.get(PARAMS)

