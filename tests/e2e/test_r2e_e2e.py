@@ -32,8 +32,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.nemo_gym("r2e_gym"
 
 relax_gym_r2e = pytest.importorskip("relax_gym_r2e")
 from relax_gym_r2e import tasks  # noqa: E402
-from relax_gym_r2e.data import example_row  # noqa: E402
 from relax_gym_r2e.production import ProductionPlan  # noqa: E402
+from relax_gym_r2e.rows import example_row  # noqa: E402
 from relax_gym_r2e.sandbox import processes_of  # noqa: E402
 
 ENV, CONFIG = "r2e_gym", "r2e-gym-v1"

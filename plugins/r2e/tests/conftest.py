@@ -14,7 +14,7 @@ from relax_gym_core.gym.processes import gym_python
 from relax_gym_core.plugin import Hooks, make_plugin_manager
 
 from relax_gym_r2e import plugin
-from relax_gym_r2e.data import example_rows
+from relax_gym_r2e.rows import example_rows
 from relax_gym_r2e.sandbox import Limits
 from relax_gym_r2e.workspace import Host, Settings
 

@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import converted_row
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.plugin import CleanupContract, EnvironmentFailure, Hooks, RowError
+from relax_gym_core.plugin import CleanupContract, EnvironmentFailure, Hooks, RowError, converted_row
 from relax_gym_core.protocol import Generation, InterruptPolicy
 from relax_gym_core.testing import check_conversion, check_registration, check_result_mapping
 
-from relax_gym_r2e import data, prepare, tasks, toolspecs
+from relax_gym_r2e import prepare, tasks, toolspecs
 from relax_gym_r2e.production import DeadlinePolicy, ProductionPlan
 from relax_gym_r2e.rows import prepare_row, r2e_instance
+from relax_gym_r2e.rows import r2e_rows as bundled_r2e_rows
 
 ENV = "r2e_gym"
 ROLLOUT = f"{7:032x}-0"
@@ -26,7 +26,7 @@ ROLLOUT = f"{7:032x}-0"
 
 @pytest.fixture(scope="module")
 def r2e_rows() -> list[dict[str, Any]]:
-    return data.r2e_rows()
+    return bundled_r2e_rows()
 
 
 @pytest.fixture(scope="module")
@@ -273,8 +273,7 @@ def test_the_reward_is_shaped_like_relax_does(hooks: Hooks, fields: dict[str, An
 
 
 def test_counts_and_timings_become_metrics(hooks: Hooks) -> None:
-    result = hooks.map_result(
-        ENV,
+    result = hooks.environments.get(ENV).map_result(
         answer(
             reward=1.0,
             resolved=True,

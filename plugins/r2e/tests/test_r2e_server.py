@@ -12,12 +12,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import pytest
-from relax_gym_core.plugin import VerifierProbe, hookimpl, make_plugin_manager, verify_body
+from relax_gym_core.plugin import (
+    EnvironmentRegistrar,
+    VerifierProbe,
+    hookimpl,
+    make_plugin_manager,
+    verify_body,
+)
 from relax_gym_core.testing import check_probes
 
-from relax_gym_r2e import plugin, probes
+from relax_gym_r2e.plugin import R2E_GYM, R2EGym
 from relax_gym_r2e.sandbox import processes_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.nemo_gym("r2e_gym")]
@@ -58,22 +65,24 @@ def rollout_row(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return f"{task}-{rollout}", {**row, "_ng_task_index": task, "_ng_rollout_index": rollout}
 
 
-class TwoTasks:
-    """The probes of two bundled tasks only: `relax-gym probe` (test_r2e_probe_cli) scores all of them."""
+class TwoTasks(R2EGym):
+    """r2e_gym with the probes of two bundled tasks only: `relax-gym probe` (test_r2e_probe_cli) scores all
+    of them."""
 
-    @hookimpl(tryfirst=True)
-    def verifier_probes(self, environment: str) -> list[VerifierProbe] | None:
-        if environment != ENV:
-            return None
+    def verifier_probes(self) -> list[VerifierProbe]:
         return [
-            probe for probe in probes.verifier_probes() if probe.name.split(":")[0] in ("acl", "durations")
+            probe for probe in super().verifier_probes() if probe.name.split(":")[0] in ("acl", "durations")
         ]
 
 
+class TwoTasksPlugin:
+    @hookimpl
+    def register_environments(self, registrar: EnvironmentRegistrar) -> None:
+        registrar.add(TwoTasks(**attrs.asdict(R2E_GYM, recurse=False)))
+
+
 def test_probes_are_scored_as_they_claim_by_the_real_verifier(server: str) -> None:
-    hooks = make_plugin_manager(
-        load_entry_points=False, blocked=(), plugins=[("two", TwoTasks()), ("r2e", plugin)]
-    )
+    hooks = make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("two", TwoTasksPlugin())])
 
     def verify(row: dict[str, Any], output: list[dict[str, Any]]) -> float:
         answer = httpx.post(f"{server}/verify", json=verify_body(row, output), timeout=120, trust_env=False)

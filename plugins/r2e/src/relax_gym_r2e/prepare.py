@@ -31,6 +31,7 @@ from relax_gym_core.errors import ConfigError
 from relax_gym_core.plugin import RowError
 
 from relax_gym_r2e import rows
+from relax_gym_r2e.plugin import R2E_GYM
 from relax_gym_r2e.production import DEFAULT_DATASET, ProductionPlan
 
 
@@ -77,7 +78,7 @@ def prepare(
         try:
             instance = rows.r2e_instance(row)
             nemo_row = rows.prepare_row(row, dataset_name=plan.dataset_name, split=split)
-            relax.append(rows.convert_row(nemo_row))
+            relax.append(R2E_GYM.convert_row(nemo_row))
         except RowError as exc:
             raise RowError(f"{where}: {exc}") from None
         if instance.instance_id in seen:

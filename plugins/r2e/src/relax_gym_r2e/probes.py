@@ -10,37 +10,15 @@ when no rollout workspace exists (as for `relax-gym probe`), diffs, and runs the
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from relax_gym_core.plugin import VerifierProbe
+from relax_gym_core.plugin import VerifierProbe, answer, function_call, message
 
 from relax_gym_r2e import tasks
-from relax_gym_r2e.data import example_row
+from relax_gym_r2e.rows import example_row
 
 GOLDEN, WRONG, EMPTY = 1.0, 0.1, 0.0
 _DELIMITER = "RELAX_GYM_PATCH"
-
-
-def call(name: str, arguments: dict[str, Any], tag: str) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": f"fc_{tag}",
-        "call_id": f"call_{tag}",
-        "name": name,
-        "arguments": json.dumps(arguments),
-        "status": "completed",
-    }
-
-
-def message(text: str, tag: str) -> dict[str, Any]:
-    return {
-        "type": "message",
-        "id": f"msg_{tag}",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
 
 
 def apply_patch_command(patch: str) -> str:
@@ -54,7 +32,9 @@ def edits(built: tasks.Built, changed: dict[str, str], tag: str) -> list[dict[st
     """str_replace calls turning the base files into `changed` (a whole file each: one occurrence)."""
     files = built.task.files
     return [
-        call("str_replace", {"path": path, "old_str": files[path], "new_str": content}, f"{tag}_{index}")
+        function_call(
+            "str_replace", {"path": path, "old_str": files[path], "new_str": content}, f"{tag}_{index}"
+        )
         for index, (path, content) in enumerate(sorted(changed.items()))
     ]
 
@@ -63,14 +43,14 @@ def probes_for(built: tasks.Built) -> list[VerifierProbe]:
     name = built.task.name
     row = example_row(name)
     golden = (
-        call("bash", {"command": apply_patch_command(built.golden_patch)}, f"{name}_golden"),
+        function_call("bash", {"command": apply_patch_command(built.golden_patch)}, f"{name}_golden"),
         message("Applied the fix.", f"{name}_golden"),
     )
     wrong = (
         *edits(built, dict(built.task.wrong_fix), f"{name}_wrong"),
         message("Fixed it.", f"{name}_wrong"),
     )
-    empty = (message("I could not find the problem.", f"{name}_empty"),)
+    empty = answer("I could not find the problem.", f"{name}_empty")
     return [
         VerifierProbe(name=f"{name}:golden", row=row, output=golden, expected_reward=GOLDEN),
         VerifierProbe(name=f"{name}:wrong", row=row, output=wrong, expected_reward=WRONG),

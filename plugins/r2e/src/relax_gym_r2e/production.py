@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from relax_gym_core.errors import ConfigError
+from relax_gym_core.plugin import POLICY_MODEL
 
-from relax_gym_r2e.env import CONFIGS, ENVIRONMENT
+from relax_gym_r2e.plugin import R2E_GYM
 
+ENVIRONMENT = R2E_GYM.name
+CONFIG = R2E_GYM.configs[0]
 AGENT = "swe_agents"
-CONFIG = CONFIGS[0]
 # swe_agents (nemo-gym 0.4.0) picks its R2E-Gym harness when the dataset name contains this; there is no
 # separate harness key upstream (the seed's `dataset_harness=r2e_gym` came from its own patch).
 R2E_HARNESS_MARKER = "R2E-Gym"
@@ -115,7 +117,7 @@ class ProductionPlan:
                 "responses_api_agents": {
                     "swe_agents": {
                         "entrypoint": "app.py",
-                        "model_server": {"type": "responses_api_models", "name": "policy_model"},
+                        "model_server": {"type": "responses_api_models", "name": POLICY_MODEL},
                         "agent_max_turns": self.max_turns,
                         "container_formatter": self.container_formatter,
                         "dataset_path": self.dataset_path,

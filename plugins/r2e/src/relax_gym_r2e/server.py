@@ -24,15 +24,16 @@ its arguments to ``/<tool name>`` with the session's cookies:
 - ``GET /relax_gym/sandboxes``: live rollouts, running commands and evaluations, directories and sandbox
   processes, the state directory and the uid block.
 
-Imports: the standard library, NeMo Gym / FastAPI / pydantic, and this plugin's stdlib-only modules
-(never relax_gym_core). State changes happen on the server's event loop.
+Imports: the standard library, NeMo Gym / FastAPI / pydantic, relax_gym_core.ingym (the wire names and
+the cleanup protocol, standard library only: never the rest of relax_gym_core, which needs what the NeMo
+Gym environment lacks) and this plugin's stdlib-only modules. State changes happen on the server's event
+loop.
 """
 
 import asyncio
 import json
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -50,6 +51,7 @@ from nemo_gym.base_resources_server import (
 )
 from nemo_gym.server_utils import SESSION_ID_KEY
 from pydantic import BaseModel, ConfigDict, PrivateAttr
+from relax_gym_core.ingym import CLEANUP_PATH, CleanedRollouts, rollout_id_of
 
 from relax_gym_r2e import tasks
 from relax_gym_r2e.sandbox import Limits, SandboxError, processes_of
@@ -63,11 +65,7 @@ from relax_gym_r2e.workspace import (
     evaluate,
 )
 
-CLEANUP_PATH = "/cleanup/{rollout_id}"
 SANDBOXES_PATH = "/relax_gym/sandboxes"
-# Copies of relax_gym_core.protocol's wire names: this module runs in the NeMo Gym environment, where
-# relax_gym_core.protocol does not import (no cattrs there). tests/protocol/test_bridge_names.py pins them.
-ROLLOUT_TAG = "relax_gym_rollout"  # where the gateway puts the rollout id in the params' metadata
 SHAPING_REWARD = 0.1  # a patch that exists but does not resolve (Relax's R2E shaping)
 TOOLS = ("bash", "view", "str_replace")
 
@@ -142,25 +140,6 @@ class R2EVerifyResponse(BaseVerifyResponse):  # type: ignore[misc]
     agent_seconds: float | None
 
 
-def _index(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        return None
-    return str(value) if str(value) else None
-
-
-def rollout_id_of(extra: dict[str, Any] | None, params: Any = None) -> str | None:
-    """The rollout id a /run body carries, or None (e.g. a plain NeMo Gym rollout collection)."""
-    extra = extra or {}
-    task, rollout = _index(extra.get("_ng_task_index")), _index(extra.get("_ng_rollout_index"))
-    if task is not None and rollout is not None:
-        return f"{task}-{rollout}"
-    if params is None:
-        params = extra.get("responses_create_params")
-    metadata = params.get("metadata") if isinstance(params, dict) else getattr(params, "metadata", None)
-    tag = metadata.get(ROLLOUT_TAG) if isinstance(metadata, dict) else None
-    return tag if isinstance(tag, str) and tag else None
-
-
 class Rollout:
     def __init__(self, key: str, rollout_id: str | None, session_id: str, workspace: Workspace) -> None:
         self.key = key
@@ -175,7 +154,7 @@ class R2EResourcesServer(SimpleResourcesServer):  # type: ignore[misc]
     _host: Host | None = PrivateAttr(default=None)
     _rollouts: dict[str, Rollout] = PrivateAttr(default_factory=dict)  # by key (rollout id, else session)
     _sessions: dict[str, str] = PrivateAttr(default_factory=dict)  # session id -> key
-    _cleaned: OrderedDict[str, None] = PrivateAttr(default_factory=OrderedDict)
+    _cleaned: CleanedRollouts = PrivateAttr(default_factory=CleanedRollouts)  # sized by the config
     # What a finished rollout left that could not be proven gone: key -> [(uid, directory)].
     _residue: dict[str, list[tuple[int, Path]]] = PrivateAttr(default_factory=dict)
     # Evaluations in flight by rollout key: a cleanup of the rollout ends them (and waits for that).
@@ -209,6 +188,7 @@ class R2EResourcesServer(SimpleResourcesServer):  # type: ignore[misc]
             uid_count=config.uid_count,
             settings=settings,
         )
+        self._cleaned = CleanedRollouts(config.remembered_cleanups)
         for name in tasks.load_tasks():  # ready before the server answers GET /
             self._host.prepare(name)
         app.post("/bash")(self.bash)
@@ -243,12 +223,6 @@ class R2EResourcesServer(SimpleResourcesServer):  # type: ignore[misc]
         await self.host.close()
 
     # ---- bookkeeping ---------------------------------------------------------------------------------------
-
-    def _remember_cleaned(self, rollout_id: str) -> None:
-        self._cleaned[rollout_id] = None
-        self._cleaned.move_to_end(rollout_id)
-        while len(self._cleaned) > max(self.config.remembered_cleanups, 1):
-            self._cleaned.popitem(last=False)
 
     async def _finish(self, rollout: Rollout) -> bool:
         """Forget the rollout and destroy its workspace; what cannot be proven gone is kept as residue."""
@@ -405,7 +379,7 @@ class R2EResourcesServer(SimpleResourcesServer):  # type: ignore[misc]
             finally:
                 await self._finish(rollout)  # the trial is over: nothing of it stays
                 if rollout.rollout_id is not None:
-                    self._remember_cleaned(rollout.rollout_id)
+                    self._cleaned.add(rollout.rollout_id)
             commands, timeouts, replayed = workspace.commands, workspace.command_timeouts, False
         evaluation = await self._evaluate(key, prepared, patch, too_large=too_large)
         if not evaluation.released and evaluation.uid is not None and evaluation.directory is not None:
@@ -492,7 +466,7 @@ class R2EResourcesServer(SimpleResourcesServer):  # type: ignore[misc]
         return answer
 
     async def cleanup(self, rollout_id: str) -> dict[str, Any]:
-        self._remember_cleaned(rollout_id)
+        self._cleaned.add(rollout_id)
         rollout = self._rollouts.get(rollout_id)
         if rollout is not None:
             await self._finish(rollout)
