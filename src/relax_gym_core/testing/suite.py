@@ -1,0 +1,72 @@
+"""The conformance kit as a test class: a plugin's own contract tests are a subclass of a few lines.
+
+    from relax_gym_core.testing import EnvironmentContract
+
+    from my_plugin import example_rows
+
+    class TestMyEnvironmentContract(EnvironmentContract):
+        environment = "my_environment"
+
+        def rows(self):
+            return example_rows()  # real raw rows of the environment
+
+pytest collects its four tests for the subclass: registration, conversion (the rows, their /run bodies and
+generated broken rows), result mapping (rewards kept; missing rewards and `failure_bodies` never a score),
+and the verifier probes scored by the environment's real verifier (a NeMo Gym server the session shares:
+an e2e test). Override `hooks` (a fixture-like method taking `relax_gym_hooks`) to test a plugin that is
+not installed, with `installed = False`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, ClassVar
+
+from relax_gym_core.plugin import Hooks
+from relax_gym_core.testing.contract import (
+    REFERENCE_NORMALISED,
+    check_conversion,
+    check_probes,
+    check_registration,
+    check_result_mapping,
+)
+
+
+class EnvironmentContract:
+    """Subclass it (name the subclass Test...) with `environment` and `rows()`; the rest is optional."""
+
+    environment: ClassVar[str]
+    installed: ClassVar[bool] = True  # the plugin is an installed distribution with a version
+    normalised: ClassVar[Collection[str]] = REFERENCE_NORMALISED  # top-level keys conversion may change
+    result_body: ClassVar[Mapping[str, Any] | None] = None  # a normal /run answer (default: empty output)
+    failure_bodies: ClassVar[Sequence[Mapping[str, Any]]] = ()  # answers that are infrastructure failures
+    require_contrast: ClassVar[bool] = True  # probes must expect at least two different rewards
+
+    def rows(self) -> Sequence[Mapping[str, Any]]:
+        """Real raw rows of the environment (its dataset's, or upstream's example rows)."""
+        raise NotImplementedError(f"{type(self).__name__}.rows() must return real raw rows")
+
+    def hooks(self, relax_gym_hooks: Hooks) -> Hooks:
+        """The plugin manager the checks use: every installed plugin, by default."""
+        return relax_gym_hooks
+
+    def test_registration(self, relax_gym_hooks: Hooks) -> None:
+        check_registration(self.hooks(relax_gym_hooks), self.environment, installed=self.installed)
+
+    def test_conversion(self, relax_gym_hooks: Hooks) -> None:
+        check_conversion(
+            self.hooks(relax_gym_hooks), self.environment, self.rows(), normalised=self.normalised
+        )
+
+    def test_result_mapping(self, relax_gym_hooks: Hooks) -> None:
+        check_result_mapping(
+            self.hooks(relax_gym_hooks),
+            self.environment,
+            body=self.result_body,
+            failure_bodies=self.failure_bodies,
+        )
+
+    def test_probes(self, relax_gym_hooks: Hooks, relax_gym_verifier: Callable[..., Any]) -> None:
+        hooks = self.hooks(relax_gym_hooks)
+        verifier = relax_gym_verifier(self.environment, hooks=hooks)
+        check_probes(hooks, self.environment, verifier, require_contrast=self.require_contrast)
