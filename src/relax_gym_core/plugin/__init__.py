@@ -42,7 +42,13 @@ from relax_gym_core.plugin.manager import Hooks, PluginInfo, make_plugin_manager
 from relax_gym_core.plugin.probes import VerifierProbe, answer, function_call, message, verify_body
 from relax_gym_core.plugin.registry import EnvironmentRegistrar, EnvironmentRegistry, RuntimeRegistrar
 from relax_gym_core.plugin.runs import RunResult
-from relax_gym_core.plugin.servers import POLICY_MODEL, NemoGymServer, resources_server, simple_agent
+from relax_gym_core.plugin.servers import (
+    POLICY_MODEL,
+    NemoGymServer,
+    agent_server,
+    resources_server,
+    simple_agent,
+)
 
 __all__ = [
     "POLICY_MODEL",
@@ -66,6 +72,7 @@ __all__ = [
     "RuntimeRegistrar",
     "UnknownEnvironmentError",
     "VerifierProbe",
+    "agent_server",
     "answer",
     "converted_row",
     "function_call",

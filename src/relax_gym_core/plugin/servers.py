@@ -43,6 +43,25 @@ def resources_server(name: str, implementation: str, server_class: str, **config
     )
 
 
+def agent_server(
+    name: str, implementation: str, server_class: str, *, resources: str, **config: Any
+) -> NemoGymServer:
+    """An agent (a responses_api_agents server: its POST /run runs one trial) wired as relax-gym runs it:
+    its resources server `resources`, its model the policy model (the gateway, so every model call is
+    bridged to the trial's session). E.g. upstream's claude_code_agent, or a plugin's subclass of it."""
+    return NemoGymServer(
+        name=name,
+        kind="responses_api_agents",
+        implementation=implementation,
+        server_class=server_class,
+        config={
+            "resources_server": {"type": "resources_servers", "name": resources},
+            "model_server": {"type": "responses_api_models", "name": POLICY_MODEL},
+            **config,
+        },
+    )
+
+
 def simple_agent(
     name: str,
     *,
@@ -51,22 +70,8 @@ def simple_agent(
     server_class: str = SIMPLE_AGENT_CLASS,
     **config: Any,
 ) -> NemoGymServer:
-    """NeMo Gym's simple_agent wired as relax-gym runs it: its resources server `resources`, its model
-    the policy model (the gateway, so every model call is bridged to the trial's session).
-
-    `max_steps` bounds the model calls of one trial (None: upstream's default, unlimited: a reply with
-    neither a message nor a tool call would then loop until the deadline).
-    """
+    """NeMo Gym's simple_agent as an agent_server. `max_steps` bounds the model calls of one trial (None:
+    upstream's default, unlimited: a reply with neither a message nor a tool call would then loop until
+    the deadline)."""
     steps = {} if max_steps is None else {"max_steps": max_steps}
-    return NemoGymServer(
-        name=name,
-        kind="responses_api_agents",
-        implementation="simple_agent",
-        server_class=server_class,
-        config={
-            **steps,
-            "resources_server": {"type": "resources_servers", "name": resources},
-            "model_server": {"type": "responses_api_models", "name": POLICY_MODEL},
-            **config,
-        },
-    )
+    return agent_server(name, "simple_agent", server_class, resources=resources, **steps, **config)

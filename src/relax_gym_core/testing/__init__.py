@@ -30,10 +30,12 @@ from relax_gym_core.testing.contract import (
 )
 from relax_gym_core.testing.observer import RecordingObserver
 from relax_gym_core.testing.strategies import corrupted_rows, create_requests, json_values, snapshots
+from relax_gym_core.testing.suite import EnvironmentContract
 
 __all__ = [
     "REFERENCE_NORMALISED",
     "ConformanceError",
+    "EnvironmentContract",
     "ErrorReply",
     "Gate",
     "ModelReply",
