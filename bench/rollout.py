@@ -33,17 +33,17 @@ from typing import NamedTuple
 import anyio
 
 from relax_gym_core.client import run_trial
-from relax_gym_core.commands.rollout_data import DataRow, Route
-from relax_gym_core.commands.rollout_policy import check_policy
-from relax_gym_core.commands.rollout_run import (
+from relax_gym_core.errors import RelaxGymError
+from relax_gym_core.protocol import InterruptPolicy
+from relax_gym_core.rollout.data import DataRow, Route
+from relax_gym_core.rollout.policy import check_policy
+from relax_gym_core.rollout.run import (
     Planned,
     ReplayAwareClient,
     TrialSettings,
     build_request,
     client_options,
 )
-from relax_gym_core.errors import RelaxGymError
-from relax_gym_core.protocol import InterruptPolicy
 from relax_gym_core.testing.web import ScriptedPolicy, start_gateway
 
 CONCURRENCY = 256
