@@ -27,7 +27,7 @@ pytest.importorskip("relax_gym_gsm8k")
 pytest.importorskip("relax_gym_workplace")
 from relax_gym_gsm8k.data import example_rows as math_rows
 from relax_gym_gsm8k.judge import API_KEY_VAR, MODEL_VAR, URL_VAR, VERIFY_TIMEOUT_VAR
-from relax_gym_workplace.data import example_rows as workplace_rows
+from relax_gym_workplace.plugin import example_rows as workplace_rows
 
 JUDGE_OFF = {
     **dict.fromkeys((URL_VAR, MODEL_VAR, API_KEY_VAR), ""),

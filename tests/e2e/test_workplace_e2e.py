@@ -28,7 +28,7 @@ from ..replicas.support import OPTIONS, solve_task_0, tool_outputs
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.nemo_gym("workplace_assistant")]
 
 relax_gym_workplace = pytest.importorskip("relax_gym_workplace")
-from relax_gym_workplace.data import example_rows  # noqa: E402
+from relax_gym_workplace.plugin import example_rows  # noqa: E402
 
 _tokens = itertools.count()
 

@@ -37,7 +37,7 @@ from relax_gym_core.testing.oracle import tool_results
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 pytest.importorskip("relax_gym_workplace")
-from relax_gym_workplace.data import example_rows
+from relax_gym_workplace.plugin import example_rows
 
 ENVIRONMENT = "workplace_assistant"
 RESOURCES = "workplace_assistant"  # the resources server's name (the agent is workplace_assistant_agent)

@@ -7,26 +7,12 @@ import json
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import converted_row
-from relax_gym_core.plugin import CleanupContract, Hooks, RowError, make_plugin_manager
+from relax_gym_core.plugin import CleanupContract, Hooks, RowError, converted_row
 from relax_gym_core.protocol import Generation, InterruptPolicy
 from relax_gym_core.testing import REFERENCE_NORMALISED, check_conversion, check_registration
 
-from relax_gym_workplace import plugin
-from relax_gym_workplace.data import example_rows
-
 ENV = "workplace_assistant"
 ROLLOUT = f"{7:032x}-0"
-
-
-@pytest.fixture
-def hooks() -> Hooks:
-    return make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("workplace", plugin)])
-
-
-@pytest.fixture(scope="module")
-def rows() -> list[dict[str, Any]]:
-    return example_rows()
 
 
 def test_registration_follows_the_contract_and_the_brief(hooks: Hooks) -> None:
@@ -149,13 +135,6 @@ def test_bad_rows_raise_row_error_naming_the_field(
     with pytest.raises(RowError) as caught:
         converted_row(hooks.environments.get(ENV), row)
     assert str(caught.value).startswith(field), str(caught.value)
-
-
-def test_other_environments_keep_the_reference_conversion(hooks: Hooks, rows: list[dict[str, Any]]) -> None:
-    row = copy.deepcopy(rows[0])
-    row["ground_truth"] = json.dumps(row["ground_truth"])
-    # Only workplace_assistant rows are checked and normalised; others get the built-in converter as is.
-    assert converted_row(hooks.environments.get("some_other_env"), row)["metadata"]["ground_truth"] == row["ground_truth"]
 
 
 def test_run_body_carries_the_normalised_verifier_fields(hooks: Hooks, rows: list[dict[str, Any]]) -> None:

@@ -13,9 +13,8 @@ from typing import Any
 import httpx
 import pytest
 from attrs import define, field
-from relax_gym_core.plugin import converted_row
 from relax_gym_core.gym.release import observability_wanted
-from relax_gym_core.plugin import Hooks, make_plugin_manager, verify_body
+from relax_gym_core.plugin import Hooks, converted_row, verify_body
 from relax_gym_core.protocol import Generation
 from relax_gym_core.testing import check_probes
 from starlette.applications import Starlette
@@ -23,12 +22,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from relax_gym_workplace import env, plugin
-from relax_gym_workplace.data import example_rows
+from relax_gym_workplace.plugin import AGENT, RESOURCES_SERVER, WORKPLACE
 from relax_gym_workplace.probes import output_items
 from relax_gym_workplace.rows import normalise_row
 
-ENV = env.ENVIRONMENT
+ENV = WORKPLACE.name
 Script = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 
@@ -79,7 +77,7 @@ def stack(relax_gym_servers: Callable[..., Any]) -> Iterator[Stack]:
     routes = [Route(path, model.responses, methods=["POST"]) for path in ("/v1/responses", PREFIXED)]
     app = Starlette(routes=routes)
     with servers.model.serving(app):  # the servers' policy_model answers with this module's stub
-        yield Stack(servers.urls[env.RESOURCES_SERVER], servers.urls[env.AGENT], model)
+        yield Stack(servers.urls[RESOURCES_SERVER], servers.urls[AGENT], model)
 
 
 @pytest.fixture(autouse=True)
@@ -91,16 +89,6 @@ def no_leftovers(stack: Stack) -> Iterator[None]:
     stack.model.prefixes.clear()
     yield
     assert sessions(stack) == before, "the test left sessions behind"
-
-
-@pytest.fixture
-def hooks() -> Hooks:
-    return make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("workplace", plugin)])
-
-
-@pytest.fixture(scope="module")
-def rows() -> list[dict[str, Any]]:
-    return example_rows()
 
 
 def client(url: str) -> httpx.Client:
@@ -152,7 +140,8 @@ def test_every_probe_gets_its_expected_reward_from_the_real_verifier(stack: Stac
         reward: float = answer.json()["reward"]
         return reward
 
-    assert len(list(hooks.environments.get(ENV).verifier_probes())) == 25  # 5 kinds x 5 example rows: none silently dropped
+    probes = list(hooks.environments.get(ENV).verifier_probes())
+    assert len(probes) == 25  # 5 kinds x 5 example rows: none silently dropped
     check_probes(hooks, ENV, verify)
 
 

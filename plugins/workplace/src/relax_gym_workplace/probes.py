@@ -23,12 +23,11 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from relax_gym_core.plugin import VerifierProbe
+from relax_gym_core.plugin import VerifierProbe, function_call, message
 
-from relax_gym_workplace.data import example_rows
 from relax_gym_workplace.rows import normalise_row
 
 # Verbs in upstream tool names (e.g. email_reply_email, customer_relationship_manager_update_customer).
@@ -70,27 +69,8 @@ def _retarget(call: dict[str, str], taken: set[str]) -> dict[str, str] | None:
 def output_items(calls: list[dict[str, str]], tag: str, text: str = "Done.") -> tuple[dict[str, Any], ...]:
     """NeMo Gym Responses output items: one function_call per call, then an assistant message."""
     tag = _UNSAFE.sub("_", tag)
-    items: list[dict[str, Any]] = [
-        {
-            "type": "function_call",
-            "id": f"fc_{tag}_{index}",
-            "call_id": f"call_{tag}_{index}",
-            "name": call["name"],
-            "arguments": call["arguments"],
-            "status": "completed",
-        }
-        for index, call in enumerate(calls)
-    ]
-    items.append(
-        {
-            "type": "message",
-            "id": f"msg_{tag}",
-            "role": "assistant",
-            "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}],
-        }
-    )
-    return tuple(items)
+    items = [function_call(call["name"], call["arguments"], f"{tag}_{i}") for i, call in enumerate(calls)]
+    return (*items, message(text, tag))
 
 
 def probes_for_row(row: Mapping[str, Any]) -> list[VerifierProbe]:
@@ -125,6 +105,6 @@ def probes_for_row(row: Mapping[str, Any]) -> list[VerifierProbe]:
     ]
 
 
-def verifier_probes() -> list[VerifierProbe]:
-    """The probes of every upstream example row."""
-    return [probe for row in example_rows() for probe in probes_for_row(row)]
+def verifier_probes(rows: Sequence[Mapping[str, Any]]) -> list[VerifierProbe]:
+    """The probes of every row (upstream's example rows)."""
+    return [probe for row in rows for probe in probes_for_row(row)]

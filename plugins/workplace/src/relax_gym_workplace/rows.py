@@ -1,4 +1,4 @@
-"""Workplace rows: validation, ground-truth normalisation, conversion to Relax rows, /run bodies.
+"""Workplace rows: validation and ground-truth normalisation of raw rows and /run bodies.
 
 Raw rows (HF ``nvidia/Nemotron-RL-agent-workplace_assistant``, upstream ``data/example.jsonl``) carry
 ``responses_create_params`` (input messages and the tool schemas the model may use), ``ground_truth``,
@@ -15,10 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from relax_gym_core.plugin import RowError, reference
-from relax_gym_core.protocol import Generation
-
-from relax_gym_workplace.env import ENVIRONMENT
+from relax_gym_core.plugin import RowError
 
 TOOLS_FIELD = "responses_create_params.tools"
 # Verifier fields besides ground_truth, with the JSON type upstream's WorkbenchVerifyRequest requires.
@@ -123,19 +120,8 @@ def normalise_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return normalised
 
 
-def convert_row(row: dict[str, Any]) -> dict[str, Any]:
-    """Raw workplace row -> Relax row, by the reference converter after the workplace checks."""
-    return reference.convert_row(ENVIRONMENT, normalise_row(row))
-
-
 def drop_reason(relax_row: dict[str, Any]) -> str | None:
     """Rows with no ground truth teach nothing: doing nothing would score 1.0 on them."""
     metadata = relax_row.get("metadata")
     truth = metadata.get("ground_truth") if isinstance(metadata, dict) else None
     return None if truth else "no ground truth"
-
-
-def build_run_body(task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
-    """The reference /run body, checked like a row: a task converted elsewhere (or passed through raw)
-    with a string ground_truth must fail here, not be scored 1.0 for doing nothing."""
-    return normalise_row(reference.build_run_body(ENVIRONMENT, task, generation, rollout_id))

@@ -16,17 +16,18 @@ class (nothing vendored, nothing patched) adds:
   no tool databases of that rollout are left.
 - ``GET /relax_gym/sessions`` -> ``{"sessions": <live tool databases>, ...}``, for leak checks.
 
-Imports: the standard library and what the NeMo Gym environment provides (never relax_gym_core). All
-state changes happen on the server's event loop between awaits, so no locks are needed.
+Imports: the standard library, what the NeMo Gym environment provides, and relax_gym_core.ingym (the wire
+names and the cleanup protocol, standard library only; never the rest of relax_gym_core). All state
+changes happen on the server's event loop between awaits, so no locks are needed.
 """
 
-from collections import OrderedDict
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from nemo_gym.base_resources_server import BaseSeedSessionRequest, BaseSeedSessionResponse
 from nemo_gym.server_utils import SESSION_ID_KEY
 from pydantic import ConfigDict, PrivateAttr
+from relax_gym_core.ingym import CLEANUP_PATH, CleanedRollouts, rollout_id_of
 from resources_servers.workplace_assistant.app import (
     WorkbenchResourcesServer,
     WorkbenchResourcesServerConfig,
@@ -34,11 +35,7 @@ from resources_servers.workplace_assistant.app import (
     WorkbenchVerifyResponse,
 )
 
-CLEANUP_PATH = "/cleanup/{rollout_id}"
 SESSIONS_PATH = "/relax_gym/sessions"
-# Copies of relax_gym_core.protocol's wire names: this module runs in the NeMo Gym environment, where
-# relax_gym_core.protocol does not import (no cattrs there). tests/protocol/test_bridge_names.py pins them.
-ROLLOUT_TAG = "relax_gym_rollout"  # where the gateway puts the rollout id in the params' metadata
 
 
 class CleanupWorkbenchResourcesServerConfig(WorkbenchResourcesServerConfig):  # type: ignore[misc]
@@ -54,31 +51,16 @@ class RolloutVerifyRequest(WorkbenchVerifyRequest):  # type: ignore[misc]
     model_config = ConfigDict(extra="allow")  # keeps _ng_task_index / _ng_rollout_index
 
 
-def _index(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        return None
-    return str(value) if str(value) else None
-
-
-def rollout_id_of(extra: dict[str, Any] | None, params: Any = None) -> str | None:
-    """The rollout id a /run body carries, or None (e.g. a plain NeMo Gym rollout collection)."""
-    extra = extra or {}
-    task, rollout = _index(extra.get("_ng_task_index")), _index(extra.get("_ng_rollout_index"))
-    if task is not None and rollout is not None:
-        return f"{task}-{rollout}"
-    if params is None:
-        params = extra.get("responses_create_params")
-    metadata = params.get("metadata") if isinstance(params, dict) else getattr(params, "metadata", None)
-    tag = metadata.get(ROLLOUT_TAG) if isinstance(metadata, dict) else None
-    return tag if isinstance(tag, str) and tag else None
-
-
 class CleanupWorkbenchResourcesServer(WorkbenchResourcesServer):  # type: ignore[misc]
     config: CleanupWorkbenchResourcesServerConfig
 
     _session_rollout: dict[str, str] = PrivateAttr(default_factory=dict)
     _rollout_sessions: dict[str, set[str]] = PrivateAttr(default_factory=dict)
-    _cleaned: OrderedDict[str, None] = PrivateAttr(default_factory=OrderedDict)
+    _cleaned: CleanedRollouts = PrivateAttr(default_factory=CleanedRollouts)
+
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
+        self._cleaned = CleanedRollouts(self.config.remembered_cleanups)  # sized by the config
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -109,12 +91,6 @@ class CleanupWorkbenchResourcesServer(WorkbenchResourcesServer):  # type: ignore
             self.session_id_to_tool_env.pop(session_id, None)
             self._session_rollout.pop(session_id, None)
         return len(sessions)
-
-    def _remember_cleaned(self, rollout_id: str) -> None:
-        self._cleaned[rollout_id] = None
-        self._cleaned.move_to_end(rollout_id)
-        while len(self._cleaned) > max(self.config.remembered_cleanups, 1):
-            self._cleaned.popitem(last=False)
 
     def _refuse_cleaned(self, rollout_id: str) -> HTTPException:
         return HTTPException(
@@ -153,7 +129,7 @@ class CleanupWorkbenchResourcesServer(WorkbenchResourcesServer):  # type: ignore
 
     async def cleanup(self, rollout_id: str) -> dict[str, Any]:
         dropped = self._drop_rollout(rollout_id)
-        self._remember_cleaned(rollout_id)
+        self._cleaned.add(rollout_id)
         return {"accepted": True, "rollout_id": rollout_id, "dropped_sessions": dropped}
 
     async def cleanup_status(self, rollout_id: str) -> dict[str, Any]:

@@ -1,0 +1,22 @@
+"""Fixtures of the workplace plugin's tests: a plugin manager with only this plugin, and upstream's
+example rows read from the installed nemo-gym package."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from relax_gym_core.plugin import Hooks, make_plugin_manager
+
+from relax_gym_workplace import plugin
+from relax_gym_workplace.plugin import example_rows
+
+
+@pytest.fixture
+def hooks() -> Hooks:
+    return make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("workplace", plugin)])
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict[str, Any]]:
+    return example_rows()
