@@ -45,7 +45,7 @@ _ids = itertools.count()
 
 
 def task() -> dict[str, Any]:
-    from relax_gym_gsm8k.data import example_rows  # noqa: PLC0415 - the plugin is needed only here
+    from relax_gym_gsm8k.plugin import example_rows  # noqa: PLC0415 - the plugin is needed only here
 
     converted = converted_row(make_plugin_manager().environments.get(ENVIRONMENT), example_rows()[0])
     return {"messages": converted["input"], "metadata": converted["metadata"]}

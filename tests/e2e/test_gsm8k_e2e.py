@@ -27,8 +27,8 @@ from relax_gym_core.testing import OracleScript, RecordedRequest, ScriptedReply,
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 pytest.importorskip("relax_gym_gsm8k")
-from relax_gym_gsm8k.data import example_rows, numeric_example_rows
 from relax_gym_gsm8k.judge import API_KEY_VAR, MODEL_VAR, URL_VAR, VERIFY_TIMEOUT_VAR
+from relax_gym_gsm8k.plugin import example_rows, numeric_example_rows
 
 JUDGE_OFF = {
     **dict.fromkeys((URL_VAR, MODEL_VAR, API_KEY_VAR), ""),  # whatever the shell running the tests has

@@ -25,8 +25,8 @@ from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 pytest.importorskip("relax_gym_gsm8k")
 pytest.importorskip("relax_gym_workplace")
-from relax_gym_gsm8k.data import example_rows as math_rows
 from relax_gym_gsm8k.judge import API_KEY_VAR, MODEL_VAR, URL_VAR, VERIFY_TIMEOUT_VAR
+from relax_gym_gsm8k.plugin import example_rows as math_rows
 from relax_gym_workplace.plugin import example_rows as workplace_rows
 
 JUDGE_OFF = {

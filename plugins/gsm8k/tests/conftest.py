@@ -9,8 +9,8 @@ import pytest
 from relax_gym_core.plugin import Hooks, make_plugin_manager
 
 from relax_gym_gsm8k import plugin
-from relax_gym_gsm8k.data import example_rows, numeric_example_rows
 from relax_gym_gsm8k.judge import API_KEY_VAR, MODEL_VAR, URL_VAR
+from relax_gym_gsm8k.plugin import example_rows, numeric_example_rows
 
 
 @pytest.fixture

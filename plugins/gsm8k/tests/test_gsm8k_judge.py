@@ -14,7 +14,7 @@ from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import servers_of
 from relax_gym_core.plugin import make_plugin_manager
 
-from relax_gym_gsm8k import env, plugin
+from relax_gym_gsm8k import plugin
 from relax_gym_gsm8k.judge import (
     API_KEY_VAR,
     JUDGE_SERVER,
@@ -35,7 +35,7 @@ JUDGE = {URL_VAR: "http://judge.internal:8000/v1", MODEL_VAR: "judge-model"}
 def test_the_judge_is_off_by_default() -> None:
     assert judge_settings({}) is None
     assert judge_settings({URL_VAR: " ", MODEL_VAR: "", API_KEY_VAR: ""}) is None  # empty is unset
-    for definition in env.definitions(judge_settings({})):
+    for definition in plugin.definitions(judge_settings({})):
         resources = definition.servers[0]
         assert resources.config["should_use_judge"] is False
         assert JUDGE_SERVER not in {server.name for server in definition.servers}
@@ -44,7 +44,7 @@ def test_the_judge_is_off_by_default() -> None:
 def test_naming_an_endpoint_turns_it_on_for_both_environments() -> None:
     settings = judge_settings({**JUDGE, URL_VAR: " http://judge.internal:8000/v1/ "})
     assert settings == JudgeSettings(base_url="http://judge.internal:8000/v1", model="judge-model")
-    for definition in env.definitions(settings):
+    for definition in plugin.definitions(settings):
         servers = {server.name: server for server in definition.servers}
         resources = servers[definition.servers[0].name]
         assert resources.config["should_use_judge"] is True
@@ -60,9 +60,9 @@ def test_naming_an_endpoint_turns_it_on_for_both_environments() -> None:
 
 def test_both_environments_share_one_judge_server() -> None:
     settings = judge_settings(JUDGE)
-    names = [server.name for server in servers_of(env.definitions(settings))]
+    names = [server.name for server in servers_of(plugin.definitions(settings))]
     assert sorted(names) == sorted(
-        [env.GSM8K_RESOURCES, env.GSM8K_AGENT, env.MATH_RESOURCES, env.MATH_AGENT, JUDGE_SERVER]
+        [plugin.GSM8K_RESOURCES, plugin.GSM8K_AGENT, plugin.MATH_RESOURCES, plugin.MATH_AGENT, JUDGE_SERVER]
     )
 
 
@@ -71,7 +71,7 @@ def test_the_api_key_never_enters_the_definition(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(MODEL_VAR, JUDGE[MODEL_VAR])
     monkeypatch.setenv(API_KEY_VAR, "sk-judge-secret")
     hooks = make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("gsm8k", plugin)])
-    everything = repr([hooks.environments.get(name) for name in env.ENVIRONMENTS])
+    everything = repr([hooks.environments.get(name) for name in plugin.ENVIRONMENTS])
     assert "sk-judge-secret" not in everything
     assert f"${{oc.env:{API_KEY_VAR},EMPTY}}" in everything  # resolved inside the judge's own process
 
@@ -130,9 +130,9 @@ def test_the_cli_stops_with_one_line_before_starting_anything(command: list[str]
 
 def test_the_verify_bound_is_upstreams_unless_the_operator_sets_one() -> None:
     assert verify_timeout_s({}) is None and verify_timeout_s({VERIFY_TIMEOUT_VAR: " "}) is None
-    for definition in env.definitions(judge_settings({}), verify_timeout_s({})):
+    for definition in plugin.definitions(judge_settings({}), verify_timeout_s({})):
         assert "library_verifier_timeout_seconds" not in definition.servers[0].config  # upstream's 10 s
-    for definition in env.definitions(judge_settings({}), verify_timeout_s({VERIFY_TIMEOUT_VAR: "45"})):
+    for definition in plugin.definitions(judge_settings({}), verify_timeout_s({VERIFY_TIMEOUT_VAR: "45"})):
         assert definition.servers[0].config["library_verifier_timeout_seconds"] == 45.0
     for bad in ("0", "-1", "nan", "inf", "ten"):
         with pytest.raises(ConfigError, match=f"^{VERIFY_TIMEOUT_VAR}='{bad}' must be a positive number"):

@@ -16,13 +16,12 @@ import httpx
 import pytest
 from attrs import define
 from relax_gym_core.gym.processes import free_ports, run_gym_servers
-from relax_gym_core.plugin import Hooks, verify_body
+from relax_gym_core.plugin import Hooks, message, verify_body
 from relax_gym_core.testing import RecordedRequest, ScriptedReply, reply_json
 from relax_gym_core.testing.web import ScriptedPolicy
 
-from relax_gym_gsm8k import env
+from relax_gym_gsm8k import plugin
 from relax_gym_gsm8k.judge import API_KEY_VAR, JUDGE_SERVER, MODEL_VAR, URL_VAR, judge_settings
-from relax_gym_gsm8k.probes import answer_output
 
 pytestmark = pytest.mark.e2e
 
@@ -35,7 +34,7 @@ def judge_answer(text: str, model: str) -> dict[str, Any]:
         "created_at": 0,
         "model": model,
         "status": "completed",
-        "output": [dict(answer_output(text, "judge")[0])],
+        "output": [message(text, "judge")],
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
@@ -68,16 +67,16 @@ def judged() -> Iterator[JudgedStack]:
         settings = judge_settings({URL_VAR: f"{endpoint.base_url}/v1", MODEL_VAR: "judge-model"})
         servers = [
             server
-            for server in env.definitions(settings)[1].servers
-            if server.name in (env.MATH_RESOURCES, JUDGE_SERVER)  # the verifier and its judge, no agent
+            for server in plugin.definitions(settings)[1].servers
+            if server.name in (plugin.MATH_RESOURCES, JUDGE_SERVER)  # the verifier and its judge, no agent
         ]
         (nobody,) = free_ports(1)
         with run_gym_servers(servers, gateway_host="127.0.0.1", gateway_port=nobody) as running:
-            yield JudgedStack(running[env.MATH_RESOURCES].url, judge, endpoint)
+            yield JudgedStack(running[plugin.MATH_RESOURCES].url, judge, endpoint)
 
 
 def verify_answer(stack: JudgedStack, row: dict[str, Any], text: str) -> dict[str, Any]:
-    body = verify_body(row, [dict(item) for item in answer_output(text)])
+    body = verify_body(row, [message(text)])
     answer = httpx.post(f"{stack.verifier}/verify", json=body, timeout=120, trust_env=False)
     assert answer.status_code == 200, answer.text
     result: dict[str, Any] = answer.json()

@@ -12,16 +12,14 @@ from typing import Any
 
 import httpx
 import pytest
-from relax_gym_core.plugin import converted_row
-from relax_gym_core.plugin import Hooks, verify_body
+from relax_gym_core.plugin import Hooks, converted_row, message, verify_body
 from relax_gym_core.protocol import PROTOCOL_VERSION, CleanupState, TrialSnapshot, parse_snapshot
 from relax_gym_core.testing import reply_text
 from relax_gym_core.testing.gym import Verifier
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
-from relax_gym_gsm8k import env
+from relax_gym_gsm8k import plugin
 from relax_gym_gsm8k.judge import API_KEY_VAR, MODEL_VAR, URL_VAR, VERIFY_TIMEOUT_VAR
-from relax_gym_gsm8k.probes import answer_output
 
 BOUND_S = "0.001"
 HURRIED = {**dict.fromkeys((URL_VAR, MODEL_VAR, API_KEY_VAR), ""), VERIFY_TIMEOUT_VAR: BOUND_S}
@@ -31,20 +29,20 @@ SAFETY_S = 120
 
 @pytest.fixture(scope="module")
 def hurried(relax_gym_up: Callable[..., GatewayProcess]) -> GatewayProcess:
-    return relax_gym_up(env.MATH, env=HURRIED)
+    return relax_gym_up(plugin.MATH, env=HURRIED)
 
 
 def resources_url(gateway: GatewayProcess) -> str:
     """The math_with_judge resources server of the `up` (from the lines it printed)."""
     for line in gateway.output:
-        match = re.match(rf"NeMo Gym server {env.MATH_RESOURCES} at (\S+)", line)
+        match = re.match(rf"NeMo Gym server {plugin.MATH_RESOURCES} at (\S+)", line)
         if match:
             return match.group(1)
     raise AssertionError("resources server address not printed:\n" + "\n".join(gateway.output))
 
 
 def post(url: str, row: dict[str, Any], text: str) -> httpx.Response:
-    body = verify_body(row, [dict(item) for item in answer_output(text)])
+    body = verify_body(row, [message(text)])
     return httpx.post(f"{url}/verify", json=body, timeout=120, trust_env=False)
 
 
@@ -57,7 +55,7 @@ def settled_trial(gateway: GatewayProcess, policy: PolicyByToken, task: dict[str
         "protocol_version": PROTOCOL_VERSION,
         "request_id": f"relax-undecided-{token}",
         "session": {"session_id": token, "group_id": "undecided", "rollout_mode": "train"},
-        "environment": {"name": env.MATH, "config": "math-with-judge-v1", "task": task},
+        "environment": {"name": plugin.MATH, "config": "math-with-judge-v1", "task": task},
         "model_endpoint": {"base_url": policy.server.base_url, "api_key": token, "model": "policy"},
         "interrupt_policy": "protected",
         "deadline_s": 120,
@@ -75,7 +73,7 @@ def settled_trial(gateway: GatewayProcess, policy: PolicyByToken, task: dict[str
     raise AssertionError(f"trial {request['request_id']} did not settle")
 
 
-@pytest.mark.nemo_gym(env.MATH, env=HURRIED)
+@pytest.mark.nemo_gym(plugin.MATH, env=HURRIED)
 def test_a_right_answer_whose_check_is_stopped_fails_instead_of_scoring_zero(
     hurried: GatewayProcess, math_rows: list[dict[str, Any]], hooks: Hooks
 ) -> None:
@@ -87,7 +85,7 @@ def test_a_right_answer_whose_check_is_stopped_fails_instead_of_scoring_zero(
     assert f"answer not scored: math-verify's check did not finish within {BOUND_S} s" in detail
     assert VERIFY_TIMEOUT_VAR in detail  # how to widen it
     # A trial through the gateway and the agent's /run: failed, no reward, never a 0.
-    converted = converted_row(hooks.environments.get(env.MATH), math_rows[0])
+    converted = converted_row(hooks.environments.get(plugin.MATH), math_rows[0])
     task = {"messages": converted["input"], "metadata": converted["metadata"]}
     with PolicyByToken(default=lambda _request: reply_text("unexpected session")) as policy:
         settled = settled_trial(hurried, policy, task)
@@ -95,11 +93,11 @@ def test_a_right_answer_whose_check_is_stopped_fails_instead_of_scoring_zero(
     assert settled.cleanup == "confirmed"
 
 
-@pytest.mark.nemo_gym(env.MATH)
+@pytest.mark.nemo_gym(plugin.MATH)
 def test_decided_answers_keep_upstreams_rewards(
     relax_gym_verifier: Callable[..., Verifier], math_rows: list[dict[str, Any]]
 ) -> None:
-    url = relax_gym_verifier(env.MATH).url
+    url = relax_gym_verifier(plugin.MATH).url
     right, wrong = post(url, math_rows[0], "\\boxed{32}"), post(url, math_rows[0], "\\boxed{33}")
     assert (right.status_code, right.json()["reward"], right.json()["library_reward"]) == (200, 1.0, 1.0)
     assert (wrong.status_code, wrong.json()["reward"]) == (200, 0.0)

@@ -10,13 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import converted_row
-from relax_gym_core.plugin import Hooks, verify_body
+from relax_gym_core.plugin import Hooks, converted_row, message, verify_body
 from relax_gym_core.testing import check_probes
 from relax_gym_core.testing.gym import Verifier
 
-from relax_gym_gsm8k import env
-from relax_gym_gsm8k.probes import answer_output
+from relax_gym_gsm8k import plugin
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nemo_gym("gsm8k", "math_with_judge")]
 
@@ -27,7 +25,7 @@ def verifier(relax_gym_verifier: Callable[..., Verifier]) -> Verifier:
 
 
 def test_both_environments_verify_with_the_same_server_config() -> None:
-    gsm8k, math = env.definitions(None)
+    gsm8k, math = plugin.definitions(None)
     assert (gsm8k.servers[0].server_class, gsm8k.servers[0].config) == (
         math.servers[0].server_class,
         math.servers[0].config,
@@ -38,7 +36,8 @@ def test_both_environments_verify_with_the_same_server_config() -> None:
 def test_every_probe_gets_its_reward_from_the_real_verifier(
     hooks: Hooks, relax_gym_verifier: Callable[..., Verifier], environment: str, count: int
 ) -> None:
-    assert len(list(hooks.environments.get(environment).verifier_probes())) == count  # 2 (or 5) example rows x right/wrong
+    probes = list(hooks.environments.get(environment).verifier_probes())
+    assert len(probes) == count  # 2 (or 5) example rows x right/wrong
     check_probes(hooks, environment, relax_gym_verifier(environment))
 
 
@@ -47,7 +46,7 @@ def test_a_numeric_expected_answer_is_refused_upstream(
 ) -> None:
     """Why conversion stringifies: upstream answers 422 for the int prepare.py writes."""
     benchmark = gsm8k_rows["benchmark"][0]
-    output = [dict(item) for item in answer_output("\\boxed{32}")]
+    output = [message("\\boxed{32}")]
     raw = {**benchmark, "responses_create_params": {"input": [{"role": "user", "content": "q"}]}}
     assert verifier.post(verify_body(raw, output)).status_code == 422
     converted = converted_row(hooks.environments.get("gsm8k"), copy.deepcopy(benchmark))
@@ -63,7 +62,9 @@ def test_canonical_gsm8k_answers_are_scored_as_numbers(verifier: Verifier, hooks
         (18.0, "\\boxed{18}"),
         ("07:30", "\\boxed{7:30}"),
     ):
-        converted = converted_row(hooks.environments.get("gsm8k"), {"question": "q", "expected_answer": raw_answer})
+        converted = converted_row(
+            hooks.environments.get("gsm8k"), {"question": "q", "expected_answer": raw_answer}
+        )
         row = {"responses_create_params": {"input": converted["input"]}, **converted["metadata"]}
-        answer = verifier.post(verify_body(row, [dict(answer_output(written)[0])]))
+        answer = verifier.post(verify_body(row, [message(written)]))
         assert answer.json()["reward"] == 1.0, (raw_answer, answer.text)

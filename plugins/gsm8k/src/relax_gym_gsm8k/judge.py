@@ -33,15 +33,14 @@ from urllib.parse import urlsplit
 
 from attrs import frozen
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.plugin import NemoGymServer
+from relax_gym_core.plugin import POLICY_MODEL, NemoGymServer
 from relax_gym_core.protocol import BRIDGE_PREFIX
 
 URL_VAR = "RELAX_GYM_MATH_JUDGE_URL"
 MODEL_VAR = "RELAX_GYM_MATH_JUDGE_MODEL"
 API_KEY_VAR = "RELAX_GYM_MATH_JUDGE_API_KEY"
 VERIFY_TIMEOUT_VAR = "RELAX_GYM_MATH_VERIFY_TIMEOUT_S"
-JUDGE_SERVER = "math_judge_model"
-POLICY_MODEL = "policy_model"  # the gateway under relax-gym: never the judge
+JUDGE_SERVER = "math_judge_model"  # never POLICY_MODEL: that is the gateway under relax-gym
 
 
 @frozen(kw_only=True)

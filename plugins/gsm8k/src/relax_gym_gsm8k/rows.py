@@ -17,7 +17,6 @@ from relax_gym_core.plugin import RowError, reference
 from relax_gym_core.protocol import Generation
 
 from relax_gym_gsm8k.answers import gsm8k_final_answer, math_answer, number_answer
-from relax_gym_gsm8k.env import GSM8K
 
 # NeMo Gym's generic math prompt, as a str.format template (the installed YAML's `user` field; a test
 # checks that they agree).
@@ -26,6 +25,7 @@ PROMPT_TEMPLATE = (
     "\n\n{question}"
 )
 PARAMS = "responses_create_params"
+type ExpectedAnswer = Callable[[dict[str, Any]], str]  # a row's expected answer, as its environment reads it
 
 
 def prompt(question: str) -> str:
@@ -59,24 +59,21 @@ def math_expected(row: dict[str, Any]) -> str:
     return math_answer(row["expected_answer"])
 
 
-def expected_answer_of(environment: str) -> Callable[[dict[str, Any]], str]:
-    return gsm8k_expected if environment == GSM8K else math_expected
-
-
 def _check_input(messages: Any) -> None:
     if not isinstance(messages, list) or not messages:
         raise RowError(f"{PARAMS}.input must be a non-empty messages array")
 
 
-def convert_row(environment: str, row: dict[str, Any]) -> dict[str, Any]:
-    """Raw math row -> ``{"input": [...], "metadata": {...}}`` with a string ``expected_answer``."""
+def convert_row(row: dict[str, Any], expected_answer: ExpectedAnswer) -> dict[str, Any]:
+    """Raw math row -> ``{"input": [...], "metadata": {...}}`` with a string ``expected_answer``
+    (`expected_answer` is gsm8k_expected or math_expected)."""
     question = _question(row)
-    expected = expected_answer_of(environment)(row)
+    expected = expected_answer(row)
     if PARAMS in row:
         params = row[PARAMS]
         if isinstance(params, dict):
             _check_input(params.get("input"))
-        converted = reference.convert_row(environment, row)  # RowError for a malformed params object
+        converted = reference.convert_row(row)  # RowError for a malformed params object
         metadata = dict(converted["metadata"])
         messages = converted["input"]
     else:
@@ -87,13 +84,13 @@ def convert_row(environment: str, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_run_body(
-    environment: str, task: dict[str, Any], generation: Generation, rollout_id: str
+    task: dict[str, Any], generation: Generation, rollout_id: str, expected_answer: ExpectedAnswer
 ) -> dict[str, Any]:
     """The reference /run body, checked like a row: a task converted elsewhere with a numeric
     expected_answer is stringified here instead of failing upstream's /verify with 422."""
-    body = reference.build_run_body(environment, task, generation, rollout_id)
+    body = reference.build_run_body(task, generation, rollout_id)
     _question(body)
     params = body.get(PARAMS)
     _check_input(params.get("input") if isinstance(params, dict) else None)
-    body["expected_answer"] = expected_answer_of(environment)(body)
+    body["expected_answer"] = expected_answer(body)
     return body
