@@ -20,12 +20,19 @@ def blocks() -> list[tuple[str, str, str]]:
 
 def test_the_guide_shows_real_files() -> None:
     found = blocks()
-    assert len(found) >= 8, "docs/plugins.md lost its file blocks"
+    assert len(found) >= 6, "docs/plugins.md lost its file blocks"
     assert {path for _, path, _ in found} >= {
-        "plugins/gsm8k/pyproject.toml",
-        "plugins/gsm8k/nemo-gym-requirements.txt",
+        "plugins/mcqa/pyproject.toml",
+        "plugins/mcqa/src/relax_gym_mcqa/__init__.py",
+        "plugins/mcqa/tests/test_mcqa.py",
         "plugins/gsm8k/src/relax_gym_gsm8k/plugin.py",
     }
+
+
+def test_the_guide_leads_with_the_smallest_plugin() -> None:
+    # The first file it shows is a whole plugin: one module of its own logic.
+    kind, path, _body = blocks()[0]
+    assert (kind, path) == ("file", "plugins/mcqa/src/relax_gym_mcqa/__init__.py")
 
 
 @pytest.mark.parametrize(("kind", "path", "body"), blocks(), ids=[f"{k}:{p}" for k, p, _ in blocks()])
