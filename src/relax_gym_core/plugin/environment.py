@@ -88,11 +88,16 @@ class EnvironmentDefinition:
 
     # ---- behaviour (override what differs from the reference) ---------------------------------------
 
-    def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
-        """One raw NeMo Gym dataset row -> a Relax row ``{"input": [...], "metadata": {...}}``.
+    def check_row(self, row: dict[str, Any]) -> None:
+        """Raise ``RowError`` naming the field for a raw row that cannot be used (the CLI adds file and
+        line): what the verifier would otherwise score as a silent 0. The default convert_row checks each
+        row with it, and the default build_run_body checks each /run body (the row's fields again)."""
+        del row
 
-        Raise ``RowError`` naming the field for a row that cannot be used (the CLI adds file and line).
-        """
+    def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        """One raw NeMo Gym dataset row -> a Relax row ``{"input": [...], "metadata": {...}}``: checked
+        (check_row), then the reference conversion."""
+        self.check_row(row)
         return reference.convert_row(row)
 
     def drop_reason(self, row: dict[str, Any]) -> str | None:
@@ -102,9 +107,13 @@ class EnvironmentDefinition:
         return None
 
     def build_run_body(self, task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
-        """The body of the agent's ``POST /run`` for a trial's task (the Relax session input). The gateway
-        adds the trial's model-call tag afterwards; keep the rollout id's _ng_task_index/_ng_rollout_index."""
-        return reference.build_run_body(task, generation, rollout_id)
+        """The body of the agent's ``POST /run`` for a trial's task (the Relax session input): the
+        reference body, checked like a row (a task that lost its verifier fields fails here, not as a 422
+        inside the agent). The gateway adds the trial's model-call tag afterwards; keep the rollout id's
+        _ng_task_index/_ng_rollout_index."""
+        body = reference.build_run_body(task, generation, rollout_id)
+        self.check_row(body)
+        return body
 
     def map_result(self, body: dict[str, Any]) -> RunResult:
         """The agent's ``/run`` answer -> the trial's result. Raise ``EnvironmentFailure(kind=...)`` when

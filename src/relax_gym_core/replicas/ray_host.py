@@ -381,6 +381,6 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     # Run as the module's own name, not __main__: Ray pickles the actor class by reference to it.
-    from relax_gym_core.replicas import ray_host
+    from relax_gym_core.replicas import ray_host  # noqa: PLW0406
 
     ray_host.main()

@@ -30,7 +30,7 @@ from relax_gym_core.testing.contract import (
 )
 from relax_gym_core.testing.observer import RecordingObserver
 from relax_gym_core.testing.strategies import corrupted_rows, create_requests, json_values, snapshots
-from relax_gym_core.testing.suite import EnvironmentContract
+from relax_gym_core.testing.suite import EnvironmentContract, plugin_hooks, unscored_answers
 
 __all__ = [
     "REFERENCE_NORMALISED",
@@ -52,10 +52,12 @@ __all__ = [
     "corrupted_rows",
     "create_requests",
     "json_values",
+    "plugin_hooks",
     "reply_error",
     "reply_json",
     "reply_raw",
     "reply_text",
     "reply_tool_calls",
     "snapshots",
+    "unscored_answers",
 ]

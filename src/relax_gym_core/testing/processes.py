@@ -24,6 +24,21 @@ _PREFIX = LISTENING_LINE.split("{url}")[0]
 LOOPBACK_NETWORKS = "127.0.0.1/32,::1/128"  # tests only ever call back to this machine
 
 
+def run_cli(
+    *args: str, env: Mapping[str, str] | None = None, timeout_s: float = 300.0
+) -> subprocess.CompletedProcess[str]:
+    """`relax-gym ARGS...` run to its end, as a user runs it (this interpreter's installation, text
+    output captured, the exit code not checked): for tests of a command's output and errors."""
+    return subprocess.run(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "relax_gym_core.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
 @frozen
 class GatewayProcess:
     url: str

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
-from relax_gym_core.plugin import Hooks
+from relax_gym_core.plugin import Hooks, make_plugin_manager
 from relax_gym_core.testing.contract import (
     REFERENCE_NORMALISED,
     check_conversion,
@@ -70,3 +70,25 @@ class EnvironmentContract:
         hooks = self.hooks(relax_gym_hooks)
         verifier = relax_gym_verifier(self.environment, hooks=hooks)
         check_probes(hooks, self.environment, verifier, require_contrast=self.require_contrast)
+
+
+def unscored_answers(body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The /run answers a plugin must treat as infrastructure failures, made from one real answer `body`:
+    its reward missing, null, text or boolean, its response missing or without output, and NeMo Gym's
+    error answer. For `failure_bodies` (each must raise EnvironmentFailure, never become a score)."""
+    real = dict(body)
+    return {
+        "no reward": {key: value for key, value in real.items() if key != "reward"},
+        "null reward": {**real, "reward": None},
+        "text reward": {**real, "reward": "1.0"},
+        "boolean reward": {**real, "reward": True},
+        "no response": {key: value for key, value in real.items() if key != "response"},
+        "response without output": {**real, "response": {"id": "resp_1"}},
+        "error answer": {"detail": "Hit an exception calling an inner server"},
+    }
+
+
+def plugin_hooks(name: str, module: object) -> Hooks:
+    """A plugin manager with only this plugin (registered in-process, entry points not loaded): what a
+    plugin's own tests check it with, whatever else is installed."""
+    return make_plugin_manager(load_entry_points=False, blocked=(), plugins=[(name, module)])

@@ -7,13 +7,14 @@ module needs the gateway extra (Starlette, uvicorn).
 
 from relax_gym_core.policies.server import PolicyByToken, ScriptedPolicy, run_policy
 from relax_gym_core.policies.threaded import ThreadedServer, serve_in_thread
-from relax_gym_core.testing.processes import GatewayProcess, start_gateway, start_up
+from relax_gym_core.testing.processes import GatewayProcess, run_cli, start_gateway, start_up
 
 __all__ = [
     "GatewayProcess",
     "PolicyByToken",
     "ScriptedPolicy",
     "ThreadedServer",
+    "run_cli",
     "run_policy",
     "serve_in_thread",
     "start_gateway",
