@@ -12,6 +12,7 @@
     │   ├── EnvironmentNotRegisteredError / PolicyMismatchError / DeadlineTooLongError (400)
     │   ├── ServiceClosingError       the gateway is shutting down (503)
     │   └── StoreUnavailableError     a change could not be made durable; nothing acknowledged (503)
+    ├── UnauthorizedError             the trial API's token is missing or wrong (401)
     ├── CallbackError
     │   ├── RolloutUnavailableError     a model call's rollout id is unknown, or its trial not active (410)
     │   ├── CallbackURLRejectedError    model_endpoint.base_url refused by the allowlist (400)
@@ -104,7 +105,7 @@ class StoreUnavailableError(TrialError):
     stays pending and is written by a later batch; a create is idempotent, so the client retries it)."""
 
 
-class UnauthorizedError(TrialError):
+class UnauthorizedError(RelaxGymError):
     """The trial API requires an API token and the request did not carry it (never names the token)."""
 
 

@@ -45,7 +45,7 @@ from relax_gym_core.errors import (
 )
 from relax_gym_core.observe import CallbackOutcome, Observers
 from relax_gym_core.protocol import BRIDGE_PREFIX, jsonutil
-from relax_gym_core.trials import CallbackTarget, TrialService
+from relax_gym_core.trials import CallbackTarget, Trial, TrialService
 from relax_gym_core.web import error_response, json_response, status_for
 
 logger = logging.getLogger("relax_gym.bridge")
@@ -150,19 +150,19 @@ class Bridge:
     async def answer(self, request: Request, rollout_id: str | None, resource: str) -> Response:
         """One model call, from its request to its response; every refusal comes from the error table."""
         try:
-            if rollout_id is not None:
-                self._live(rollout_id, resource)
+            trial = self._live(rollout_id, resource) if rollout_id is not None else None
             raw_body = await request.body()
-            if rollout_id is None:
+            if trial is None:
                 self._tagged(raw_body, resource)
-            return await self.handle(raw_body, rollout_id, resource)
+            return await self.handle(raw_body, trial, resource)
         except RelaxGymError as exc:
             return error_response(exc)
 
-    def _live(self, rollout_id: str, resource: str) -> None:
-        """RolloutUnavailableError (observed like a refused call) unless the rollout id is live."""
+    def _live(self, rollout_id: str, resource: str) -> Trial:
+        """The active trial of a live rollout id: looked up once per call (the trial is passed on), else
+        RolloutUnavailableError, observed like a refused call."""
         try:
-            self._service.book.live(rollout_id)
+            return self._service.live(rollout_id)
         except RolloutUnavailableError as exc:
             raise self._unavailable(resource, exc) from None
 
@@ -183,38 +183,44 @@ class Bridge:
         found = False
         for match in _TAG_RE.finditer(raw_body):
             found = True
-            if self._service.book.is_live(match.group(1).decode("ascii", "replace")):
+            if self._service.is_live(match.group(1).decode("ascii", "replace")):
                 return
         if not found:
             raise TrialNotFoundError(_NO_ROLLOUT)
         raise self._unavailable(resource)
 
-    async def handle(self, raw_body: bytes, rollout_id: str | None, resource: str) -> Response:
+    async def handle(self, raw_body: bytes, trial: Trial | None, resource: str) -> Response:
+        """A model call whose body has been read: of `trial` (its path named it), else of the trial its
+        metadata tag names."""
         # Lone surrogates are refused when the forwarded body is encoded (jsonutil.dumps): no second pass
         # unless the call streams (below).
         body = jsonutil.loads(raw_body, check_unicode=False)
         if not isinstance(body, dict):
             raise ProtocolError("Callback body must be a JSON object")
-        rollout_id = rollout_id or rollout_id_from_body(body)
-        if rollout_id is None:
-            raise TrialNotFoundError(_NO_ROLLOUT)
+        if trial is None:
+            tagged = rollout_id_from_body(body)
+            if tagged is None:
+                raise TrialNotFoundError(_NO_ROLLOUT)
+            trial = self._live(tagged, resource)
         if not body.get("stream"):
-            answer = await self._call(rollout_id, resource, body)
+            answer = await self._call(trial, resource, body)
             return self._plain(resource, body, answer)
-        # A stream commits to 200: what would fail inside it is refused before it starts.
-        self._live(rollout_id, resource)
+        # A stream commits to 200: what would fail inside it is refused before it starts (the body was
+        # read since the trial was found: it may have ended meanwhile).
+        if not self._service.is_active(trial):
+            raise self._unavailable(resource)
         jsonutil.refuse_lone_surrogates(body, raw_body)
         if resource == "messages":
-            return self._sse(self._messages_stream(rollout_id, body))
-        return await self._openai_stream(rollout_id, resource, body)
+            return self._sse(self._messages_stream(trial, body))
+        return await self._openai_stream(trial, resource, body)
 
     # ---- one call -----------------------------------------------------------------------------------
 
-    async def _call(self, rollout_id: str, resource: str, body: dict[str, Any]) -> _Answer:
+    async def _call(self, trial: Trial, resource: str, body: dict[str, Any]) -> _Answer:
         started = time.monotonic()
         target: CallbackTarget | None = None
         try:
-            async with self._service.callback(rollout_id) as (target, scope):
+            async with self._service.callback(trial) as (target, scope):
                 endpoint = target.endpoint
                 url = upstream_url(self._policy.canonical_base(endpoint.base_url), resource)
                 payload = upstream_body(
@@ -319,9 +325,9 @@ class Bridge:
             return _sse_error(resource, "Upstream model callback failed", payload)
         return _sse_error(resource, "Upstream model callback returned a non-SSE response")
 
-    async def _messages_stream(self, rollout_id: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def _messages_stream(self, trial: Trial, body: dict[str, Any]) -> AsyncIterator[bytes]:
         yield PING
-        task = asyncio.ensure_future(self._call(rollout_id, "messages", body))
+        task = asyncio.ensure_future(self._call(trial, "messages", body))
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self._keepalive_s)
@@ -332,8 +338,8 @@ class Bridge:
         finally:
             task.cancel()  # the agent went away: stop the upstream call too
 
-    async def _openai_stream(self, rollout_id: str, resource: str, body: dict[str, Any]) -> Response:
-        task = asyncio.ensure_future(self._call(rollout_id, resource, body))
+    async def _openai_stream(self, trial: Trial, resource: str, body: dict[str, Any]) -> Response:
+        task = asyncio.ensure_future(self._call(trial, resource, body))
         done, _ = await asyncio.wait({task}, timeout=self._keepalive_s)
         if done:
             return self._plain(resource, body, task.result())

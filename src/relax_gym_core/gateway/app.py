@@ -81,13 +81,13 @@ class Gateway:
             service_epoch=self.service_epoch,
             gym_commit=self.settings.gym_commit,
             config_fingerprint=self.config_fingerprint,
-            trials=stats["trials"],
-            active_trials=stats["active_trials"],
-            terminal_trials=stats["terminal_trials"],
+            trials=stats.trials,
+            active_trials=stats.active_trials,
+            terminal_trials=stats.terminal_trials,
             janitor_healthy=self.service.janitor_healthy,
             ready=ready,
             reasons=reasons or [],
-            evicted_trials=stats["evicted_trials"],
+            evicted_trials=stats.evicted_trials,
         )
 
 

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
 
 import anyio
 from attrs import frozen
@@ -32,6 +31,16 @@ from relax_gym_core.trials.records import Cause, Phase, Trial
 from relax_gym_core.trials.recovery import RecoveryPolicy, prove_released
 
 logger = logging.getLogger("relax_gym.trials")
+
+
+@frozen(kw_only=True)
+class TrialStats:
+    """How many trials this gateway has seen, for its health answers."""
+
+    trials: int  # created by this process
+    active_trials: int
+    terminal_trials: int
+    evicted_trials: int  # forgotten after the retention period
 
 
 @frozen(kw_only=True)
@@ -190,10 +199,24 @@ class TrialService:
 
     # ---- model callbacks ----------------------------------------------------------------------------
 
+    def live(self, rollout_id: str) -> Trial:
+        """The active trial a model call's rollout id names, or RolloutUnavailableError."""
+        return self.book.live(rollout_id)
+
+    def is_live(self, rollout_id: str) -> bool:
+        return self.book.is_live(rollout_id)
+
+    @staticmethod
+    def is_active(trial: Trial) -> bool:
+        """Still active (a trial found by live() may have ended since, e.g. while a call's body was read)."""
+        return trial.phase is Phase.ACTIVE
+
     @contextlib.asynccontextmanager
-    async def callback(self, rollout_id: str) -> AsyncIterator[tuple[CallbackTarget, anyio.CancelScope]]:
-        """Enter one model call of a trial. The yielded scope is cancelled if the trial is cancelled."""
-        trial = self.book.live(rollout_id)
+    async def callback(self, trial: Trial) -> AsyncIterator[tuple[CallbackTarget, anyio.CancelScope]]:
+        """Enter one model call of `trial` (found by live()). The yielded scope is cancelled if the trial
+        is cancelled."""
+        if trial.phase is not Phase.ACTIVE:
+            raise RolloutUnavailableError("callback capability is unavailable")
         outcome = self.book.cancel_if_overdue(trial)
         if outcome is not None:
             self._after_cancel(trial, outcome)
@@ -371,10 +394,10 @@ class TrialService:
             elif self.janitor_error is not None and now - self._janitor_error_at >= self._error_hold_s:
                 self.janitor_error = None
 
-    def stats(self) -> dict[str, Any]:
-        return {
-            "trials": self.book.created_total,
-            "active_trials": self.book.active,
-            "terminal_trials": self.book.terminal_count(),
-            "evicted_trials": self.book.evicted_total,
-        }
+    def stats(self) -> TrialStats:
+        return TrialStats(
+            trials=self.book.created_total,
+            active_trials=self.book.active,
+            terminal_trials=self.book.terminal_count(),
+            evicted_trials=self.book.evicted_total,
+        )
