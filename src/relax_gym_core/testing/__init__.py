@@ -1,5 +1,6 @@
-"""Public test support for relax-gym and its plugins: the conformance kit, Hypothesis strategies, scripted
-model replies, oracle scripts built from verifier probes, and a recording observer.
+"""Public test support for relax-gym and its plugins: the conformance kit (and EnvironmentContract, the kit
+as a test class), Hypothesis strategies, scripted model replies and oracle scripts (relax_gym_core.policies,
+re-exported), and a recording observer.
 
 Importable with the light core plus hypothesis (no web stack). The scripted policy server and real
 gateway processes live in ``relax_gym_core.testing.web`` (needs the gateway extra).
