@@ -22,17 +22,25 @@ from attrs import frozen
 
 from relax_gym_core.plugin.manager import DISABLE_VAR, ENTRY_POINT_GROUP, TRACE_VAR
 
-# A complete plugin: one environment run by a NeMo Gym simple agent over a math resource server.
+# A complete plugin: one environment run by a NeMo Gym simple agent over a math resource server, an
+# EnvironmentDefinition subclass (`{methods}` is its class body: the reference behaviour unless a test
+# overrides some of its methods) with a stateful cleanup contract on its resources server.
 GOOD_PLUGIN = """
-from relax_gym_core.plugin import CleanupContract, EnvironmentDefinition, NemoGymServer, hookimpl
+from relax_gym_core.plugin import (
+    CleanupContract, EnvironmentDefinition, NemoGymServer, RowError, hookimpl, reference,
+)
 
 ENV = "{env}"
+
+
+class Environment(EnvironmentDefinition):
+{methods}
 
 
 @hookimpl
 def register_environments(registrar):
     registrar.add(
-        EnvironmentDefinition(
+        Environment(
             name=ENV,
             configs=("default", "hard"),
             agent="simple_agent",
@@ -51,15 +59,9 @@ def register_environments(registrar):
                     server_class="resources_servers.math_with_judge.app:MathResourcesServer",
                 ),
             ),
+            cleanup=CleanupContract(server="math", probe_path="/cleanup/{{rollout_id}}"),
         )
     )
-
-
-@hookimpl
-def cleanup_contract(environment):
-    if environment != ENV:
-        return None
-    return CleanupContract(server="math", probe_path="/cleanup/{{rollout_id}}")
 """
 
 
@@ -124,13 +126,15 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return list(OTHER_PLUGINS)
 
 
-def good_plugin(env: str) -> str:
-    """Source of a complete plugin module registering environment `env`."""
-    return GOOD_PLUGIN.format(env=env)
+def good_plugin(env: str, methods: str = "") -> str:
+    """Source of a complete plugin module registering environment `env`, its class body `methods` (source
+    at any indentation; the reference behaviour when empty)."""
+    body = textwrap.indent(textwrap.dedent(methods).strip("\n"), "    ") if methods.strip() else "    pass"
+    return GOOD_PLUGIN.format(env=env, methods=body)
 
 
 @pytest.fixture(name="good_plugin")
-def _good_plugin() -> Callable[[str], str]:
+def _good_plugin() -> Callable[..., str]:
     return good_plugin
 
 

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relax_gym_core.errors import ConfigError
+from relax_gym_core.errors import PluginError
 from relax_gym_core.plugin import (
     CleanupContract,
     EnvironmentDefinition,
@@ -32,7 +32,7 @@ from relax_gym_core.plugin import (
 )
 from relax_gym_core.plugin.reference import convert_row as reference_convert
 from relax_gym_core.plugin.runs import RunResult
-from relax_gym_core.protocol import CreateTrialRequest, TrialSnapshot, structure, unstructure
+from relax_gym_core.protocol import CreateTrialRequest, Generation, TrialSnapshot, structure, unstructure
 from relax_gym_core.protocol.jsonutil import is_finite_json
 from relax_gym_core.testing import (
     ConformanceError,
@@ -59,9 +59,6 @@ RESOURCE = NemoGymServer(
     implementation="math_with_judge",
     server_class="resources_servers.math_with_judge.app:MathResourcesServer",
     config={"judge": None},
-)
-DEFINITION = EnvironmentDefinition(
-    name=ENV, configs=("default",), agent="simple_agent", servers=(AGENT, RESOURCE), readiness=("math",)
 )
 CONTRACT = CleanupContract(
     server="math", abort_path="/cleanup/{rollout_id}", probe_path="/cleanup/{rollout_id}"
@@ -112,33 +109,50 @@ def math_verifier(row: dict[str, Any], output: list[dict[str, Any]]) -> float:
     return 1.0 if answers and answers[-1] == str(row.get("expected_answer")) else 0.0
 
 
-class GoodPlugin:
-    """Answers only for its own environment; converts and builds bodies with the reference."""
+class MathEnvironment(EnvironmentDefinition):
+    """Converts and builds bodies with the reference; a /run answer naming a verifier error is an
+    infrastructure failure. Subclasses below break one rule each."""
 
-    definition = DEFINITION
-    contract = CONTRACT
-    probes = PROBES
+    def map_result(self, body: dict[str, Any]) -> RunResult:
+        if "verifier_error" in body:
+            raise EnvironmentFailure(body["verifier_error"], kind="verifier_error")
+        return super().map_result(body)
+
+    def verifier_probes(self) -> Sequence[VerifierProbe]:
+        return PROBES
+
+
+def environment(cls: type[EnvironmentDefinition] = MathEnvironment, **changes: Any) -> EnvironmentDefinition:
+    """The math environment as `cls` (its behaviour), with `changes` to its data."""
+    fields: dict[str, Any] = {
+        "name": ENV,
+        "configs": ("default",),
+        "agent": "simple_agent",
+        "servers": (AGENT, RESOURCE),
+        "readiness": ("math",),
+        "cleanup": CONTRACT,
+    }
+    return cls(**{**fields, **changes})
+
+
+DEFINITION = environment()
+
+
+class Registers:
+    """A plugin registering the given environment objects."""
+
+    def __init__(self, *definitions: EnvironmentDefinition) -> None:
+        self.definitions = definitions
 
     @hookimpl
     def register_environments(self, registrar: Any) -> None:
-        registrar.add(self.definition)
-
-    @hookimpl
-    def cleanup_contract(self, environment: str) -> CleanupContract | None:
-        return self.contract if environment == ENV else None
-
-    @hookimpl
-    def verifier_probes(self, environment: str) -> list[VerifierProbe] | None:
-        return list(self.probes) if environment == ENV else None
-
-    @hookimpl
-    def map_result(self, environment: str, body: dict[str, Any]) -> RunResult | None:
-        if environment == ENV and "verifier_error" in body:
-            raise EnvironmentFailure(body["verifier_error"], kind="verifier_error")
-        return None
+        for definition in self.definitions:
+            registrar.add(definition)
 
 
-def hooks_for(plugin: object) -> Hooks:
+def hooks_for(*definitions: EnvironmentDefinition) -> Hooks:
+    """A fresh manager whose one plugin, 'math', registers `definitions` (default: the good one)."""
+    plugin = Registers(*(definitions or (DEFINITION,)))
     return make_plugin_manager(load_entry_points=False, plugins=[("math", plugin)])
 
 
@@ -149,21 +163,21 @@ def kit_failure(check: Callable[[], object]) -> str:
 
 
 def test_a_good_plugin_passes_every_check() -> None:
-    hooks = hooks_for(GoodPlugin())
+    hooks = hooks_for()
     assert check_registration(hooks, ENV, installed=False) is DEFINITION
     converted = check_conversion(hooks, ENV, ROWS)
-    assert converted == [reference_convert(environment=ENV, row=copy.deepcopy(row)) for row in ROWS]
+    assert converted == [reference_convert(copy.deepcopy(row)) for row in ROWS]
     check_result_mapping(hooks, ENV, failure_bodies=[INFRA_FAILURE])
     check_probes(hooks, ENV, math_verifier)
 
 
 def test_registration_requires_an_installed_distribution_by_default() -> None:
-    message = kit_failure(lambda: check_registration(hooks_for(GoodPlugin()), ENV))
+    message = kit_failure(lambda: check_registration(hooks_for(), ENV))
     assert "plugin 'math' is not an installed distribution with a version" in message
 
 
 def test_installed_plugin_passes_registration(
-    install_dist: Callable[..., Any], isolated_env: list[str], good_plugin: Callable[[str], str]
+    install_dist: Callable[..., Any], isolated_env: list[str], good_plugin: Callable[..., str]
 ) -> None:
     install_dist(
         distribution="relax-gym-fake",
@@ -201,9 +215,8 @@ def test_installed_plugin_passes_registration(
     ],
 )
 def test_bad_definitions_are_named(change: dict[str, Any], needle: str) -> None:
-    plugin = GoodPlugin()
-    plugin.definition = attrs.evolve(DEFINITION, **change)
-    assert needle in kit_failure(lambda: check_registration(hooks_for(plugin), ENV, installed=False))
+    hooks = hooks_for(attrs.evolve(DEFINITION, **change))
+    assert needle in kit_failure(lambda: check_registration(hooks, ENV, installed=False))
 
 
 @pytest.mark.parametrize(
@@ -226,98 +239,85 @@ def test_bad_definitions_are_named(change: dict[str, Any], needle: str) -> None:
     ],
 )
 def test_bad_cleanup_contracts_are_named(contract: CleanupContract, needle: str) -> None:
-    plugin = GoodPlugin()
-    plugin.contract = contract
-    assert needle in kit_failure(lambda: check_registration(hooks_for(plugin), ENV, installed=False))
+    hooks = hooks_for(environment(cleanup=contract))
+    assert needle in kit_failure(lambda: check_registration(hooks, ENV, installed=False))
 
 
-def test_missing_cleanup_contract_is_a_config_error() -> None:
-    class Silent(GoodPlugin):
-        @hookimpl
-        def cleanup_contract(self, environment: str) -> CleanupContract | None:
-            del environment
-            return None
+def test_an_environment_without_a_cleanup_contract_is_refused_at_registration() -> None:
+    # Replaces "a missing cleanup_contract hook answer is a ConfigError": the contract is a required
+    # field of the environment object, and the registry refuses anything else there by name.
+    with pytest.raises(TypeError, match="cleanup"):
+        EnvironmentDefinition(  # type: ignore[call-arg]
+            name=ENV, configs=("default",), agent="simple_agent", servers=(AGENT,)
+        )
+    with pytest.raises(PluginError, match="plugin 'math': environment 'math_env' has no CleanupContract"):
+        check_registration(hooks_for(environment(cleanup=None)), ENV, installed=False)
 
-    with pytest.raises(ConfigError, match="no plugin declares how environment 'math_env' is cleaned up"):
-        check_registration(hooks_for(Silent()), ENV, installed=False)
+
+class ScoresAnything(MathEnvironment):
+    """Maps an answer by a field only its own verifier writes (what a plugin answering for every
+    environment used to impose on all of them)."""
+
+    def map_result(self, body: dict[str, Any]) -> RunResult:
+        return RunResult(reward=body["score"])
 
 
-def test_a_plugin_answering_for_other_environments_is_caught() -> None:
-    class Hijacker(GoodPlugin):
-        @hookimpl
-        def convert_row(self, environment: str, row: dict[str, Any]) -> dict[str, Any]:
-            return reference_convert(environment=environment, row=row)
-
-        @hookimpl
-        def map_result(self, environment: str, body: dict[str, Any]) -> RunResult | None:
-            del environment
-            return RunResult(reward=body["score"])
-
-    message = kit_failure(lambda: check_registration(hooks_for(Hijacker()), ENV, installed=False))
-    assert "convert_row answered for environment 'relax-gym-conformance.not-registered'" in message
-    assert "map_result raised KeyError for environment 'relax-gym-conformance.not-registered'" in message
+def test_an_environment_is_checked_as_its_own_object() -> None:
+    # Replaces "a plugin answering for other environments is caught": behaviour is an environment's
+    # methods, so one environment's broken mapping is found on it and cannot reach another's.
+    hooks = hooks_for(DEFINITION, environment(ScoresAnything, name="scores"))
+    check_result_mapping(hooks, ENV, failure_bodies=[INFRA_FAILURE])
+    message = kit_failure(lambda: check_result_mapping(hooks, "scores"))
+    assert "environment 'scores': result mapping contract broken" in message
+    assert "a normal body with reward 1.0 raised KeyError: 'score'; map it to its reward" in message
 
 
 # ---- conversion ------------------------------------------------------------------------------------------
 
 
-class Converting(GoodPlugin):
-    """A plugin with its own convert_row; subclasses break it one way each."""
-
-    def convert(self, row: dict[str, Any]) -> dict[str, Any]:
-        return reference_convert(environment=ENV, row=row)
-
-    @hookimpl
-    def convert_row(self, environment: str, row: dict[str, Any]) -> dict[str, Any] | None:
-        return self.convert(row) if environment == ENV else None
-
-
-class Crashing(Converting):
-    def convert(self, row: dict[str, Any]) -> dict[str, Any]:
+class Crashing(MathEnvironment):
+    def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
         assert isinstance(
             row["responses_create_params"]["input"], list
         )  # KeyError/TypeError/... on broken rows
-        return super().convert(row)
+        return super().convert_row(row)
 
 
-class LosesField(Converting):
-    def convert(self, row: dict[str, Any]) -> dict[str, Any]:
-        converted = super().convert(row)
+class LosesField(MathEnvironment):
+    def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        converted = super().convert_row(row)
         converted["metadata"].pop("ground_truth", None)
         return converted
 
 
-class LosesTools(Converting):
-    def convert(self, row: dict[str, Any]) -> dict[str, Any]:
-        converted = super().convert(row)
+class LosesTools(MathEnvironment):
+    def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        converted = super().convert_row(row)
         converted["metadata"].pop("tools", None)
         return converted
 
 
-class Mutates(Converting):
-    def convert(self, row: dict[str, Any]) -> dict[str, Any]:
+class Mutates(MathEnvironment):
+    def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
         row.pop("reference_solution", None)
-        return super().convert(row)
+        return super().convert_row(row)
 
 
-class ExtraKey(Converting):
-    def convert(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {**super().convert(row), "label": 1}
+class ExtraKey(MathEnvironment):
+    def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {**super().convert_row(row), "label": 1}
 
 
-class Refuses(Converting):
-    def convert(self, row: dict[str, Any]) -> dict[str, Any]:
+class Refuses(MathEnvironment):
+    def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
         if "category" in row:
             raise RowError("category is not supported")
-        return super().convert(row)
+        return super().convert_row(row)
 
 
-class NoRolloutIndices(GoodPlugin):
-    @hookimpl
-    def build_run_body(self, environment: str, task: dict[str, Any], generation: Any, rollout_id: str) -> Any:
+class NoRolloutIndices(MathEnvironment):
+    def build_run_body(self, task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
         del generation, rollout_id
-        if environment != ENV:
-            return None
         metadata = copy.deepcopy(task["metadata"])
         params = {"input": task["messages"], **metadata.pop("responses_create_params", {})}
         for key in ("tools", "parallel_tool_calls"):
@@ -328,40 +328,56 @@ class NoRolloutIndices(GoodPlugin):
         return {"responses_create_params": params, **metadata}
 
 
+class MutatesTask(MathEnvironment):
+    def build_run_body(self, task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
+        body = super().build_run_body(task, generation, rollout_id)
+        task["metadata"].clear()
+        return body
+
+
+def _name(value: object) -> str | None:
+    return value.__name__ if isinstance(value, type) else None
+
+
 @pytest.mark.parametrize(
-    ("plugin", "rows", "needles"),
+    ("cls", "rows", "needles"),
     [
-        (Crashing(), [TOOLS_ROW, R2E], ["convert_row raised", "for a broken row; raise RowError"]),
-        (LosesField(), ROWS, ["rows[1]: top-level field 'ground_truth' did not come back"]),
-        (LosesTools(), ROWS, ["rows[1]: responses_create_params.tools did not reach the /run body"]),
-        (Mutates(), ROWS, ["rows[0]: convert_row mutated the raw row"]),
+        (Crashing, [TOOLS_ROW, R2E], ["convert_row raised", "for a broken row; raise RowError"]),
+        (LosesField, ROWS, ["rows[1]: top-level field 'ground_truth' did not come back"]),
+        (LosesTools, ROWS, ["rows[1]: responses_create_params.tools did not reach the /run body"]),
+        (Mutates, ROWS, ["rows[0]: convert_row mutated the raw row"]),
         (
-            ExtraKey(),
+            ExtraKey,
             ROWS,
-            ["must return exactly {'input': [...], 'metadata': {...}}, got ['input', 'label'"],
+            [
+                "convert_row of environment 'math_env': must return exactly "
+                "{'input': [...], 'metadata': {...}}, got ['input', 'label'"
+            ],
         ),
-        (Refuses(), ROWS, ["rows[1]: a good row was refused: category is not supported"]),
-        (NoRolloutIndices(), ROWS, ["_ng_task_index/_ng_rollout_index are (None, None)"]),
+        (Refuses, ROWS, ["rows[1]: a good row was refused: category is not supported"]),
+        (NoRolloutIndices, ROWS, ["_ng_task_index/_ng_rollout_index are (None, None)"]),
+        (MutatesTask, ROWS, ["rows[0]: build_run_body mutated the task it was given"]),
     ],
-    ids=lambda value: type(value).__name__ if isinstance(value, GoodPlugin) else None,
+    ids=_name,
 )
 def test_conversion_contract_failures_are_named(
-    plugin: GoodPlugin, rows: list[Any], needles: list[str]
+    cls: type[EnvironmentDefinition], rows: list[Any], needles: list[str]
 ) -> None:
-    message = kit_failure(lambda: check_conversion(hooks_for(plugin), ENV, rows, max_examples=100))
+    hooks = hooks_for(environment(cls))
+    message = kit_failure(lambda: check_conversion(hooks, ENV, rows, max_examples=100))
     for needle in needles:
         assert needle in message
 
 
 def test_normalised_keys_only_need_to_be_present() -> None:
-    class Renumbers(Converting):
-        def convert(self, row: dict[str, Any]) -> dict[str, Any]:
-            converted = super().convert(row)
+    class Renumbers(MathEnvironment):
+        def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
+            converted = super().convert_row(row)
             if isinstance(row.get("category"), str):
                 converted["metadata"]["category"] = row["category"].upper()
             return converted
 
-    hooks = hooks_for(Renumbers())
+    hooks = hooks_for(environment(Renumbers))
     assert "top-level field 'category' came back as 'EMAIL'" in kit_failure(
         lambda: check_conversion(hooks, ENV, ROWS)
     )
@@ -370,77 +386,80 @@ def test_normalised_keys_only_need_to_be_present() -> None:
 
 def test_conversion_needs_rows() -> None:
     with pytest.raises(ValueError, match="at least one real row"):
-        check_conversion(hooks_for(GoodPlugin()), ENV, [])
+        check_conversion(hooks_for(), ENV, [])
 
 
 # ---- result mapping --------------------------------------------------------------------------------------
 
 
-class Mapper(GoodPlugin):
-    def result(self, body: dict[str, Any]) -> RunResult:
-        raise NotImplementedError
-
-    @hookimpl
-    def map_result(self, environment: str, body: dict[str, Any]) -> RunResult | None:
-        return self.result(body) if environment == ENV else None
-
-
-class ZeroForMissing(Mapper):
-    def result(self, body: dict[str, Any]) -> RunResult:
+class ZeroForMissing(MathEnvironment):
+    def map_result(self, body: dict[str, Any]) -> RunResult:
         return RunResult(reward=body.get("reward") or 0.0)
 
 
-class Halves(Mapper):
-    def result(self, body: dict[str, Any]) -> RunResult:
+class Halves(MathEnvironment):
+    def map_result(self, body: dict[str, Any]) -> RunResult:
         return RunResult(reward=None if body.get("reward") is None else 0.5)
 
 
-class NeedsResponse(Mapper):
-    def result(self, body: dict[str, Any]) -> RunResult:
+class NeedsResponse(MathEnvironment):
+    def map_result(self, body: dict[str, Any]) -> RunResult:
         return RunResult(reward=body.get("reward"), metrics={"items": len(body["response"]["output"])})
 
 
-class ReturnsDict(Mapper):
-    def result(self, body: dict[str, Any]) -> Any:
+class ReturnsDict(MathEnvironment):
+    def map_result(self, body: dict[str, Any]) -> Any:
         return {"reward": body.get("reward")}
 
 
 @pytest.mark.parametrize(
-    ("plugin", "needle"),
+    ("cls", "needle"),
     [
-        (ZeroForMissing(), "a body without a reward mapped to reward 0.0: a missing reward must stay None"),
-        (Halves(), "a normal body with reward 1.0 mapped to reward 0.5"),
-        (NeedsResponse(), "a body that is empty raised KeyError"),
-        (ReturnsDict(), "map_result must return a RunResult, got dict"),
+        (ZeroForMissing, "a body without a reward mapped to reward 0.0: a missing reward must stay None"),
+        (Halves, "a normal body with reward 1.0 mapped to reward 0.5"),
+        (NeedsResponse, "a body that is empty raised KeyError"),
+        (ScoresAnything, "a normal body with reward 0.0 raised KeyError: 'score'; map it to its reward"),
+        (ScoresAnything, "failure_bodies[0] raised KeyError: 'score'; raise EnvironmentFailure with a kind"),
+        (ReturnsDict, "map_result must return a RunResult, got dict"),
         (
-            GoodPlugin(),
+            MathEnvironment,
             "failure_bodies[1] mapped to a result with reward None instead of raising EnvironmentFailure",
         ),
     ],
-    ids=lambda value: type(value).__name__ if isinstance(value, GoodPlugin) else None,
+    ids=_name,
 )
-def test_result_mapping_failures_are_named(plugin: GoodPlugin, needle: str) -> None:
+def test_result_mapping_failures_are_named(cls: type[EnvironmentDefinition], needle: str) -> None:
     failures = [INFRA_FAILURE, {"response": {"output": []}, "sandbox": "lost"}]
-    assert needle in kit_failure(
-        lambda: check_result_mapping(hooks_for(plugin), ENV, failure_bodies=failures)
-    )
+    hooks = hooks_for(environment(cls))
+    assert needle in kit_failure(lambda: check_result_mapping(hooks, ENV, failure_bodies=failures))
 
 
 def test_missing_reward_may_be_an_environment_failure_instead_of_none() -> None:
-    class Strict(Mapper):
-        def result(self, body: dict[str, Any]) -> RunResult:
+    class Strict(MathEnvironment):
+        def map_result(self, body: dict[str, Any]) -> RunResult:
             if body.get("reward") is None:
                 raise EnvironmentFailure("no reward", kind="verifier_error")
             return RunResult(reward=body["reward"])
 
-    check_result_mapping(hooks_for(Strict()), ENV, body={"response": {"output": [boxed("8")]}, "reward": 0.3})
+    hooks = hooks_for(environment(Strict))
+    check_result_mapping(hooks, ENV, body={"response": {"output": [boxed("8")]}, "reward": 0.3})
 
 
 # ---- probes ----------------------------------------------------------------------------------------------
 
 
+def probing(probes: Sequence[VerifierProbe]) -> EnvironmentDefinition:
+    """The math environment declaring `probes`."""
+
+    class Probing(MathEnvironment):
+        def verifier_probes(self) -> Sequence[VerifierProbe]:
+            return list(probes)
+
+    return environment(Probing)
+
+
 def test_probe_with_the_wrong_reward_is_named() -> None:
-    message = kit_failure(lambda: check_probes(hooks_for(GoodPlugin()), ENV, lambda row, output: 1.0))
+    message = kit_failure(lambda: check_probes(hooks_for(), ENV, lambda row, output: 1.0))
     assert "probe 'wrong': the verifier gave reward 1.0, expected 0.0" in message
     assert "probe 'right'" not in message
 
@@ -464,15 +483,12 @@ def test_probe_with_the_wrong_reward_is_named() -> None:
     ],
 )
 def test_probe_rules(probes: list[VerifierProbe], verify: Any, needle: str) -> None:
-    plugin = GoodPlugin()
-    plugin.probes = probes
-    assert needle in kit_failure(lambda: check_probes(hooks_for(plugin), ENV, verify))
+    hooks = hooks_for(probing(probes))
+    assert needle in kit_failure(lambda: check_probes(hooks, ENV, verify))
 
 
 def test_single_probe_is_allowed_without_contrast() -> None:
-    plugin = GoodPlugin()
-    plugin.probes = PROBES[:1]
-    check_probes(hooks_for(plugin), ENV, math_verifier, require_contrast=False)
+    check_probes(hooks_for(probing(PROBES[:1])), ENV, math_verifier, require_contrast=False)
 
 
 # ---- strategies ------------------------------------------------------------------------------------------

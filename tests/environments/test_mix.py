@@ -18,22 +18,16 @@ AGENT = NemoGymServer(
 )
 
 
+class Beta(EnvironmentDefinition):
+    def drop_reason(self, row):
+        return "marked unusable" if row["metadata"].get("usable") is False else None
+
+
 @hookimpl
 def register_environments(registrar):
-    registrar.add(EnvironmentDefinition(name="alpha", configs=("a1", "a2"), agent="agent", servers=(AGENT,)))
-    registrar.add(EnvironmentDefinition(name="beta", configs=("b1",), agent="agent", servers=(AGENT,)))
-
-
-@hookimpl
-def cleanup_contract(environment):
-    return STATELESS if environment in ("alpha", "beta") else None
-
-
-@hookimpl
-def drop_reason(environment, row):
-    if environment != "beta":
-        return None
-    return "marked unusable" if row["metadata"].get("usable") is False else None
+    common = {"agent": "agent", "servers": (AGENT,), "cleanup": STATELESS}
+    registrar.add(EnvironmentDefinition(name="alpha", configs=("a1", "a2"), **common))
+    registrar.add(Beta(name="beta", configs=("b1",), **common))
 """
 
 

@@ -12,19 +12,15 @@ import pytest
 
 from relax_gym_core.plugin.reference import convert_row
 
-CONVERTING_PLUGIN = """
-from relax_gym_core.plugin import RowError
-
-
-@hookimpl
-def convert_row(environment, row):
-    if environment != ENV:
-        return None
+# The fake environment's own convert_row (its class body in the plugin module, which imports RowError and
+# reference): refuses one field by name, has a bug on another, and otherwise converts as the reference does.
+CONVERTING_METHODS = """
+def convert_row(self, row):
     if "reject" in row:
         raise RowError("field 'reject' is not allowed")
     if "explode" in row:
         raise KeyError("a plugin bug")
-    return None  # everything else: the reference conversion
+    return reference.convert_row(row)
 """
 GSM8K_ROW = {
     "responses_create_params": {"input": [{"role": "user", "content": "Combien font 3 + 5 ? — réponds"}]},
@@ -43,12 +39,12 @@ WORKPLACE_ROW = {
 
 
 @pytest.fixture
-def site(install_dist: Callable[..., Any], good_plugin: Callable[[str], str]) -> Path:
+def site(install_dist: Callable[..., Any], good_plugin: Callable[..., str]) -> Path:
     dist = install_dist(
         distribution="relax-gym-fake",
         version="1.2.3",
         entry_points={"fake": "{pkg}.plugin"},
-        modules={"plugin": good_plugin("fake_env") + CONVERTING_PLUGIN},
+        modules={"plugin": good_plugin("fake_env", CONVERTING_METHODS)},
     )
     path: Path = dist.site
     return path
@@ -153,7 +149,7 @@ def test_convert_writes_compact_utf8_rows_creating_parent_directories(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Converted 2 row(s) to out/sub/relax.jsonl\n"
-    expected = [convert_row(environment="fake_env", row=row) for row in (GSM8K_ROW, WORKPLACE_ROW)]
+    expected = [convert_row(row) for row in (GSM8K_ROW, WORKPLACE_ROW)]
     written = (tmp_path / "out" / "sub" / "relax.jsonl").read_text(encoding="utf-8")
     assert written == "".join(
         json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n" for row in expected

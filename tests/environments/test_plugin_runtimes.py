@@ -30,38 +30,38 @@ from relax_gym_core.plugin import (
 from relax_gym_core.runtimes import CLEANUP_CONFIRMED
 
 
+class Mapped(EnvironmentDefinition):
+    def map_result(self, body):
+        if "reward" not in body:
+            raise EnvironmentFailure("the /run answer carries no reward", kind="verifier_error")
+        return RunResult(reward=body["reward"])
+
+
 @hookimpl
 def register_environments(registrar):
     agent = NemoGymServer(
         name="agent", kind="responses_api_agents", implementation="simple_agent", server_class="m:C"
     )
-    registrar.add(EnvironmentDefinition(name="mapped", configs=("c",), agent="agent", servers=(agent,)))
+    registrar.add(Mapped(name="mapped", configs=("c",), agent="agent", servers=(agent,), cleanup=STATELESS))
     registrar.add(
-        EnvironmentDefinition(name="own", configs=("c",), agent="local", servers=(), runtime="counting")
+        EnvironmentDefinition(
+            name="own", configs=("c",), agent="local", servers=(), cleanup=STATELESS, runtime="counting"
+        )
     )
 
 
-@hookimpl
-def cleanup_contract(environment):
-    return STATELESS if environment in ("mapped", "own") else None
-
-
-@hookimpl
-def map_result(environment, body):
-    if environment != "mapped":
-        return None
-    if "reward" not in body:
-        raise EnvironmentFailure("the /run answer carries no reward", kind="verifier_error")
-    return RunResult(reward=body["reward"])
-
-
 class Run:
+    placement = None
+
     def __init__(self, runtime, context):
         self.runtime, self.context = runtime, context
 
     async def wait(self):
         self.runtime.runs += 1
-        return RunResult(reward=0.25, metrics={"run_by": "counting", "runs": self.runtime.runs})
+        environment = self.runtime.environment.name  # the object the factory was given
+        return RunResult(
+            reward=0.25, metrics={"run_by": "counting", "environment": environment, "runs": self.runtime.runs}
+        )
 
     async def abort(self):
         return CLEANUP_CONFIRMED
@@ -74,11 +74,14 @@ class Run:
 
 
 class CountingRuntime:
-    def __init__(self, spec):
-        self.spec, self.runs = spec, 0
+    def __init__(self, spec, environment):
+        self.spec, self.environment, self.runs = spec, environment, 0
 
     async def start(self, context):
         return Run(self, context)
+
+    def handle_for(self, rollout_id, placement=None):
+        return Run(self, None)
 
     async def ready(self):
         return True
@@ -89,7 +92,7 @@ class CountingRuntime:
 
 @hookimpl
 def register_runtimes(registrar):
-    registrar.add("counting", lambda spec, hooks: CountingRuntime(spec))
+    registrar.add("counting", CountingRuntime)  # called as factory(spec, environment object)
 """
 
 
@@ -113,7 +116,7 @@ def settled(url: str, request_id: str) -> dict[str, Any]:
         time.sleep(0.02)
 
 
-def test_serve_runs_plugin_environments_with_their_hooks_and_runtimes(
+def test_serve_runs_plugin_environments_with_their_methods_and_runtimes(
     install_dist: Callable[..., Any],
     isolated_env: list[str],
     empty_agent: str,
@@ -136,14 +139,14 @@ def test_serve_runs_plugin_environments_with_their_hooks_and_runtimes(
             assert httpx.post(f"{gateway.url}/v1/trials", json=body).status_code == 202
         failed = settled(gateway.url, mapped["request_id"])
         completed = settled(gateway.url, own["request_id"])
-    # The plugin's map_result ran: an answer without a reward is an infrastructure failure, not a score.
+    # The environment's map_result ran: an answer without a reward is an infrastructure failure, not a score.
     assert failed["status"] == "failed"
     assert failed["reward"] is None
     assert failed["error"] == {"code": "agent_error", "kind": "verifier_error"}
-    # The plugin's runtime ran the other environment.
+    # The plugin's runtime ran the other environment, built with that environment's object.
     assert completed["status"] == "completed"
     assert completed["reward"] == 0.25
-    assert completed["metrics"] == {"run_by": "counting", "runs": 1}
+    assert completed["metrics"] == {"run_by": "counting", "environment": "own", "runs": 1}
     assert completed["cleanup"] == "confirmed"
 
 
@@ -167,7 +170,7 @@ def test_without_the_plugin_its_runtime_is_a_clear_startup_error(
 def _runtime_plugin(name: str) -> types.SimpleNamespace:
     @hookimpl
     def register_runtimes(registrar: Any) -> None:
-        registrar.add(name, lambda spec, hooks: None)
+        registrar.add(name, lambda spec, environment: None)
 
     return types.SimpleNamespace(register_runtimes=register_runtimes)
 
@@ -188,7 +191,7 @@ def test_runtime_names_are_unique_and_built_ins_are_reserved() -> None:
 def test_the_conformance_kit_accepts_an_environment_with_its_own_runtime(install_dist: Any) -> None:
     namespace: dict[str, Any] = {}
     exec(compile(PLUGIN, "fake_plugin", "exec"), namespace)
-    plugin = types.SimpleNamespace(**{k: v for k, v in namespace.items() if callable(v)})
+    plugin = types.SimpleNamespace(**{k: v for k, v in namespace.items() if k.startswith("register_")})
     hooks = make_plugin_manager(load_entry_points=False, plugins=[("fake", plugin)])
     definition: EnvironmentDefinition = check_registration(hooks, "own", installed=False)
     assert definition.servers == ()

@@ -1,4 +1,5 @@
-"""The built-in hooks follow the reference converter, /run body builder and result normalisation."""
+"""The reference behaviour (relax_gym_core.plugin.reference, what EnvironmentDefinition's methods default
+to): the reference converter, /run body builder and result normalisation."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from relax_gym_core.plugin import RowError, converted_row, make_plugin_manager
+from relax_gym_core.plugin import (
+    STATELESS,
+    EnvironmentDefinition,
+    RowError,
+    converted_row,
+    make_plugin_manager,
+    reference_environment,
+)
 from relax_gym_core.plugin.reference import build_run_body, convert_row, map_result
 from relax_gym_core.protocol import Generation, TrialStatus
 
@@ -47,7 +55,7 @@ def test_a_numeric_expected_answer_becomes_a_string() -> None:
         "responses_create_params": {"input": [{"role": "user", "content": "3 + 5?"}]},
         "expected_answer": 8,
     }
-    converted = convert_row(environment="math", row=row)
+    converted = convert_row(row)
     assert converted == {
         "input": [{"role": "user", "content": "3 + 5?"}],
         "metadata": {"expected_answer": "8"},
@@ -70,11 +78,11 @@ def test_a_numeric_expected_answer_becomes_a_string() -> None:
 )
 def test_unusable_rows_raise_row_error_naming_the_field(row: dict[str, Any], message: str) -> None:
     with pytest.raises(RowError, match=message):
-        convert_row(environment="any", row=row)
+        convert_row(row)
 
 
 def test_r2e_problem_statement_becomes_the_prompt_and_the_empty_input_is_preserved() -> None:
-    converted = convert_row(environment="r2e", row=copy.deepcopy(R2E_ROW))
+    converted = convert_row(copy.deepcopy(R2E_ROW))
     assert converted["input"] == [{"role": "user", "content": R2E_ROW["problem_statement"]}]
     preserved = converted["metadata"]["responses_create_params"]
     assert preserved == {**R2E_ROW["responses_create_params"], "input": []}
@@ -83,12 +91,12 @@ def test_r2e_problem_statement_becomes_the_prompt_and_the_empty_input_is_preserv
 
 
 def test_empty_input_without_problem_statement_stays_empty() -> None:
-    converted = convert_row(environment="x", row={"responses_create_params": {"input": []}, "id": 1})
+    converted = convert_row({"responses_create_params": {"input": []}, "id": 1})
     assert converted == {"input": [], "metadata": {"id": 1}}
 
 
 def test_tools_parallel_tool_calls_and_instructions_fan_out_into_metadata() -> None:
-    converted = convert_row(environment="workplace", row=copy.deepcopy(WORKPLACE_ROW))
+    converted = convert_row(copy.deepcopy(WORKPLACE_ROW))
     params = WORKPLACE_ROW["responses_create_params"]
     assert converted["input"] == params["input"]
     assert converted["metadata"] == {
@@ -100,16 +108,15 @@ def test_tools_parallel_tool_calls_and_instructions_fan_out_into_metadata() -> N
         "parallel_tool_calls": False,
         "developer_message": "Be brief.",
     }
-    empty = convert_row(environment="w", row={"responses_create_params": {"input": [], "instructions": ""}})
+    empty = convert_row({"responses_create_params": {"input": [], "instructions": ""}})
     assert "developer_message" not in empty["metadata"]
 
 
 def test_run_body_merges_params_fans_metadata_out_and_sets_rollout_indices() -> None:
-    converted = convert_row(environment="workplace", row=copy.deepcopy(WORKPLACE_ROW))
+    converted = convert_row(copy.deepcopy(WORKPLACE_ROW))
     task = {"messages": converted["input"], "metadata": converted["metadata"], "extra": "kept"}
     before = copy.deepcopy(task)
     body = build_run_body(
-        environment="workplace",
         task=task,
         generation=Generation(responses_create_params={"temperature": 0.2, "max_output_tokens": 64}),
         rollout_id="abc-0",
@@ -132,9 +139,8 @@ def test_run_body_merges_params_fans_metadata_out_and_sets_rollout_indices() -> 
 
 
 def test_r2e_run_body_restores_the_empty_agent_input() -> None:
-    converted = convert_row(environment="r2e", row=copy.deepcopy(R2E_ROW))
+    converted = convert_row(copy.deepcopy(R2E_ROW))
     body = build_run_body(
-        environment="r2e",
         task={"messages": converted["input"], "metadata": converted["metadata"]},
         generation=Generation(),
         rollout_id="0123456789abcdef0123456789abcdef-3",
@@ -146,9 +152,7 @@ def test_r2e_run_body_restores_the_empty_agent_input() -> None:
 
 
 def test_raw_row_task_passes_through_with_indices() -> None:
-    body = build_run_body(
-        environment="x", task=copy.deepcopy(WORKPLACE_ROW), generation=Generation(), rollout_id="t-1"
-    )
+    body = build_run_body(task=copy.deepcopy(WORKPLACE_ROW), generation=Generation(), rollout_id="t-1")
     assert body == {**WORKPLACE_ROW, "_ng_task_index": "t", "_ng_rollout_index": "1"}
 
 
@@ -162,7 +166,7 @@ def test_raw_row_task_passes_through_with_indices() -> None:
 )
 def test_malformed_task_is_refused(task: dict[str, Any]) -> None:
     with pytest.raises(TypeError, match="Relax task"):
-        build_run_body(environment="x", task=task, generation=Generation(), rollout_id="t-0")
+        build_run_body(task=task, generation=Generation(), rollout_id="t-0")
 
 
 def test_result_counts_output_items_and_copies_metrics() -> None:
@@ -181,7 +185,7 @@ def test_result_counts_output_items_and_copies_metrics() -> None:
         "resolved": True,
         "artifact_ref": "runs/abc",
     }
-    result = map_result(environment="x", body=body)
+    result = map_result(body)
     assert result.status is TrialStatus.COMPLETED
     assert result.reward == 1.0
     assert result.metrics == {
@@ -195,21 +199,43 @@ def test_result_counts_output_items_and_copies_metrics() -> None:
 
 
 def test_truncated_result_and_missing_reward_stays_none() -> None:
-    result = map_result(environment="x", body={"truncated": True, "artifact_ref": ""})
+    result = map_result({"truncated": True, "artifact_ref": ""})
     assert result.status is TrialStatus.TRUNCATED
     assert result.reward is None  # never 0 for a run that produced no reward
     assert result.artifact_ref is None
-    assert map_result(environment="x", body={"reward": 0.0}).reward == 0.0
+    assert map_result({"reward": 0.0}).reward == 0.0
 
 
-def test_reference_answers_through_the_facade_when_no_plugin_does() -> None:
+def test_an_environment_no_plugin_registers_behaves_as_the_reference() -> None:
     hooks = make_plugin_manager(load_entry_points=False)
     assert hooks.plugins == []  # the reference is part of the core, not a listed plugin
+    math = hooks.environments.lookup("math")
+    assert math == reference_environment("math")
     raw = {"responses_create_params": {"input": [{"role": "user", "content": "q"}]}, "expected_answer": 2.5}
-    converted = converted_row(hooks.environments.get("math"), raw)
+    converted = converted_row(math, raw)
+    assert converted == convert_row(raw)
     assert converted["metadata"]["expected_answer"] == "2.5"
-    body = hooks.environments.get("math").build_run_body(
+    body = math.build_run_body(
         {"messages": converted["input"], "metadata": converted["metadata"]}, Generation(), "abc-0"
     )
     assert body["responses_create_params"] == {"input": converted["input"]}
-    assert hooks.environments.get("math").map_result({"reward": 1}).reward == 1
+    assert (body["_ng_task_index"], body["_ng_rollout_index"]) == ("abc", "0")
+    assert math.map_result({"reward": 1}).reward == 1
+    assert math.drop_reason(converted) is None
+    assert list(math.verifier_probes()) == []
+    assert math.cleanup.stateless
+
+
+class Defaults(EnvironmentDefinition):
+    """A subclass overriding nothing."""
+
+
+def test_a_subclass_overriding_nothing_is_the_reference() -> None:
+    environment = Defaults(name="d", configs=("c",), agent="", servers=(), cleanup=STATELESS, runtime="x")
+    row = copy.deepcopy(WORKPLACE_ROW)
+    assert environment.convert_row(row) == convert_row(copy.deepcopy(WORKPLACE_ROW))
+    task = {"messages": [{"role": "user", "content": "q"}], "metadata": {"id": 1}}
+    generation = Generation(responses_create_params={"temperature": 0.1})
+    assert environment.build_run_body(task, generation, "t-2") == build_run_body(task, generation, "t-2")
+    answer = {"reward": 0.5, "response": {"output": [{"type": "message"}]}, "truncated": True}
+    assert environment.map_result(answer) == map_result(answer)

@@ -263,6 +263,8 @@ def test_unknown_route_is_json_404(app_client: Any) -> None:
 
 
 class ScriptedHandle:
+    placement: str | None = None  # no replicas
+
     def __init__(self, runtime: ScriptedRuntime) -> None:
         self.runtime = runtime
 
@@ -301,6 +303,10 @@ class ScriptedRuntime:
             await self.start_gate.wait()
         return ScriptedHandle(self)
 
+    def handle_for(self, rollout_id: str, placement: str | None = None) -> ScriptedHandle:
+        del rollout_id, placement
+        return ScriptedHandle(self)
+
     async def ready(self) -> bool:
         return True
 
@@ -310,7 +316,7 @@ class ScriptedRuntime:
 
 def scripted_app(app_client: Any, runtime: ScriptedRuntime, **spec: Any) -> TestClient:
     specs = {"s": {"environment": "scripted", "runtime": "scripted", **spec}}
-    return app_client(specs, runtime_factories={"scripted": lambda _spec, _hooks: runtime})
+    return app_client(specs, runtime_factories={"scripted": lambda _spec, _environment: runtime})
 
 
 def test_unconfirmed_cleanup_is_failed_cleanup_error(app_client: Any, make_body: Any) -> None:
@@ -366,7 +372,7 @@ def test_shutdown_cancels_live_trials(clock: Any, make_body: Any) -> None:
     runtime = ScriptedRuntime()
     specs = {"s": {"environment": "scripted", "runtime": "scripted", "max_concurrency": 2}}
     app = create_app(
-        settings(specs), clock=clock, runtime_factories={"scripted": lambda _spec, _hooks: runtime}
+        settings(specs), clock=clock, runtime_factories={"scripted": lambda _spec, _environment: runtime}
     )
     with TestClient(app) as client:
         body = make_body(env="scripted", config="s")
@@ -438,7 +444,7 @@ class FailingRuntime(ScriptedRuntime):
 def test_infrastructure_failure_keeps_its_kind_and_no_reward(app_client: Any, make_body: Any) -> None:
     client = app_client(
         {"s": {"environment": "scripted", "runtime": "scripted"}},
-        runtime_factories={"scripted": lambda _spec, _hooks: FailingRuntime()},
+        runtime_factories={"scripted": lambda _spec, _environment: FailingRuntime()},
     )
     body = make_body(env="scripted", config="s")
     client.post("/v1/trials", json=body)
@@ -468,7 +474,7 @@ class MixedCleanupRuntime(ScriptedRuntime):
 def test_a_failed_cleanup_step_is_reported_as_failed(app_client: Any, make_body: Any) -> None:
     client = app_client(
         {"s": {"environment": "scripted", "runtime": "scripted"}},
-        runtime_factories={"scripted": lambda _spec, _hooks: MixedCleanupRuntime()},
+        runtime_factories={"scripted": lambda _spec, _environment: MixedCleanupRuntime()},
     )
     body = make_body(env="scripted", config="s")
     client.post("/v1/trials", json=body)

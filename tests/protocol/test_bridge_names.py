@@ -1,63 +1,99 @@
-"""The bridge's wire names live in relax_gym_core.protocol, spelled once: the core and the plugins use them,
-and the servers that run inside the NeMo Gym environment (where relax_gym_core.protocol does not import)
-keep copies that must stay equal to them."""
+"""The bridge's wire names are spelled once, in relax_gym_core.ingym (standard library only, so the servers
+that run inside the NeMo Gym environment import them too), and relax_gym_core.protocol re-exports them:
+the core, the plugins and their in-gym servers all use the same names, and nothing else spells them."""
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
+import types
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from relax_gym_core import ingym, protocol
+from relax_gym_core.ingym import CLEANUP_PATH, CleanedRollouts, rollout_id_of
 from relax_gym_core.protocol import (
     BRIDGE_PREFIX,
     ROLLOUT_INDEX,
     ROLLOUT_TAG,
     TASK_INDEX,
     bridge_url,
-    rollout_id_of,
     run_indices,
+    tag_of,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-WIRE = {"BRIDGE_PREFIX": "/ng-rollout/", "ROLLOUT_TAG": "relax_gym_rollout"}
-# Modules run by the NeMo Gym environment's python, which lacks cattrs (relax_gym_core.protocol needs it).
-IN_GYM_COPIES = {
-    "plugins/workplace/src/relax_gym_workplace/server.py": ("ROLLOUT_TAG",),
-    "plugins/r2e/src/relax_gym_r2e/server.py": ("ROLLOUT_TAG",),
-    "plugins/reasoning_gym_cc/src/relax_gym_reasoning_gym_cc/agent.py": ("ROLLOUT_TAG", "BRIDGE_PREFIX"),
-}
-SPELLED_HERE = "src/relax_gym_core/protocol/bridge.py"
-
-
-def test_the_wire_names_are_exactly_the_protocols() -> None:
-    assert {"BRIDGE_PREFIX": BRIDGE_PREFIX, "ROLLOUT_TAG": ROLLOUT_TAG} == WIRE
+WIRE = {
+    "BRIDGE_PREFIX": "/ng-rollout/",
+    "ROLLOUT_TAG": "relax_gym_rollout",
     # NeMo Gym's own keys (nemo_gym/global_config.py: TASK_INDEX_KEY_NAME, ROLLOUT_INDEX_KEY_NAME).
-    assert (TASK_INDEX, ROLLOUT_INDEX) == ("_ng_task_index", "_ng_rollout_index")
+    "TASK_INDEX": "_ng_task_index",
+    "ROLLOUT_INDEX": "_ng_rollout_index",
+    "CLEANUP_PATH": "/cleanup/{rollout_id}",
+}
+SPELLED_HERE = "src/relax_gym_core/ingym/__init__.py"
 
 
-@pytest.mark.parametrize(
-    ("metadata", "expected"),
-    [
-        ({ROLLOUT_TAG: "abc-0"}, "abc-0"),
-        ({ROLLOUT_TAG: "abc-0", "other": 1}, "abc-0"),
-        ({}, None),
-        ({"other": "abc-0"}, None),
-        ({ROLLOUT_TAG: ""}, None),  # empty: no rollout id
-        ({ROLLOUT_TAG: None}, None),
-        ({ROLLOUT_TAG: 7}, None),
-        ({ROLLOUT_TAG: ["abc-0"]}, None),
-        ({ROLLOUT_TAG: {"id": "abc-0"}}, None),
-        (None, None),
-        ("abc-0", None),
-        ([(ROLLOUT_TAG, "abc-0")], None),
-        (OrderedDict({ROLLOUT_TAG: "abc-0"}), "abc-0"),  # a dict subclass is a dict
-    ],
-)
-def test_rollout_id_of_takes_only_a_non_empty_string_from_a_dict(metadata: Any, expected: str | None) -> None:
-    assert rollout_id_of(metadata) == expected
+def test_the_wire_names_are_exactly_these() -> None:
+    assert {name: getattr(ingym, name) for name in WIRE} == WIRE
+    assert tuple(WIRE.values()) == (BRIDGE_PREFIX, ROLLOUT_TAG, TASK_INDEX, ROLLOUT_INDEX, CLEANUP_PATH)
+
+
+def test_the_protocol_re_exports_the_names_and_tag_of_of_ingym() -> None:
+    for name in ("BRIDGE_PREFIX", "ROLLOUT_TAG", "TASK_INDEX", "ROLLOUT_INDEX", "tag_of"):
+        assert getattr(protocol, name) is getattr(ingym, name), name
+    assert not hasattr(protocol, "rollout_id_of")  # the /run body's id is ingym's (servers read it)
+
+
+def test_ingym_imports_the_standard_library_only() -> None:
+    # It runs in the NeMo Gym environment's python, which has NeMo Gym's dependencies, not the core's.
+    code = (
+        "import json, sys; before = set(sys.modules); "
+        "import relax_gym_core.ingym, relax_gym_core.ingym.sandbox; "
+        "print(json.dumps(sorted(set(sys.modules) - before)))"
+    )
+    loaded = json.loads(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    )
+    beyond = [name for name in loaded if name.split(".")[0] not in sys.stdlib_module_names]
+    assert beyond == ["relax_gym_core", "relax_gym_core.ingym", "relax_gym_core.ingym.sandbox"]
+
+
+METADATA_CASES: list[tuple[Any, str | None]] = [
+    ({ROLLOUT_TAG: "abc-0"}, "abc-0"),
+    ({ROLLOUT_TAG: "abc-0", "other": 1}, "abc-0"),
+    ({}, None),
+    ({"other": "abc-0"}, None),
+    ({ROLLOUT_TAG: ""}, None),  # empty: no rollout id
+    ({ROLLOUT_TAG: None}, None),
+    ({ROLLOUT_TAG: 7}, None),
+    ({ROLLOUT_TAG: ["abc-0"]}, None),
+    ({ROLLOUT_TAG: {"id": "abc-0"}}, None),
+    (None, None),
+    ("abc-0", None),
+    ([(ROLLOUT_TAG, "abc-0")], None),
+    (OrderedDict({ROLLOUT_TAG: "abc-0"}), "abc-0"),  # any mapping
+    (types.MappingProxyType({ROLLOUT_TAG: "abc-0"}), "abc-0"),
+]
+
+
+@pytest.mark.parametrize(("metadata", "expected"), METADATA_CASES)
+def test_tag_of_takes_only_a_non_empty_string_from_the_params_metadata(
+    metadata: Any, expected: str | None
+) -> None:
+    assert tag_of({"metadata": metadata, "input": []}) == expected
+    # A NeMo Gym params model (pydantic) is read by its attribute.
+    assert tag_of(types.SimpleNamespace(metadata=metadata, input=[])) == expected
+
+
+@pytest.mark.parametrize("params", [None, {}, [], "abc-0", {ROLLOUT_TAG: "abc-0"}, types.SimpleNamespace()])
+def test_tag_of_params_without_metadata_is_none(params: Any) -> None:
+    assert tag_of(params) is None  # the tag is under metadata, never at the top of params
 
 
 @pytest.mark.parametrize("rollout_id", ["0123456789abcdef0123456789abcdef-0", "task-7-3", "a-b"])
@@ -66,6 +102,36 @@ def test_the_run_indices_join_back_to_the_rollout_id_as_nemo_gym_joins_them(roll
     indices = run_indices(rollout_id)
     assert set(indices) == {"_ng_task_index", "_ng_rollout_index"}
     assert f"{indices['_ng_task_index']}-{indices['_ng_rollout_index']}" == rollout_id
+    assert rollout_id_of({"responses_create_params": {"input": []}, **indices}) == rollout_id
+
+
+TAGGED = {"input": [], "metadata": {ROLLOUT_TAG: "tag-1"}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "params", "expected"),
+    [
+        (
+            {TASK_INDEX: "t", ROLLOUT_INDEX: "2", "responses_create_params": TAGGED},
+            None,
+            "t-2",
+        ),  # indices win
+        ({TASK_INDEX: 5, ROLLOUT_INDEX: 0}, None, "5-0"),  # NeMo Gym's own collection numbers them
+        ({TASK_INDEX: "t", "responses_create_params": TAGGED}, None, "tag-1"),  # one index: the tag
+        ({TASK_INDEX: "", ROLLOUT_INDEX: "0", "responses_create_params": TAGGED}, None, "tag-1"),
+        ({TASK_INDEX: True, ROLLOUT_INDEX: False, "responses_create_params": TAGGED}, None, "tag-1"),
+        ({TASK_INDEX: 1.5, ROLLOUT_INDEX: "0"}, None, None),
+        ({"responses_create_params": TAGGED}, None, "tag-1"),
+        ({"responses_create_params": TAGGED}, {"metadata": {ROLLOUT_TAG: "given"}}, "given"),  # params win
+        ({}, TAGGED, "tag-1"),  # what an agent forwards of the body: its own params
+        (None, TAGGED, "tag-1"),
+        ({"responses_create_params": {"input": []}}, None, None),  # a plain NeMo Gym rollout collection
+        (None, None, None),
+        ({"responses_create_params": "x"}, None, None),
+    ],
+)
+def test_rollout_id_of_reads_the_indices_else_the_tag(fields: Any, params: Any, expected: str | None) -> None:
+    assert rollout_id_of(fields, params) == expected
 
 
 def test_bridge_url_is_the_gateway_plus_the_prefix_and_rollout_id() -> None:
@@ -74,46 +140,45 @@ def test_bridge_url_is_the_gateway_plus_the_prefix_and_rollout_id() -> None:
     assert bridge_url("", "abc-0") + "/v1/messages" == "/ng-rollout/abc-0/v1/messages"
 
 
-def _module_strings(path: Path) -> tuple[dict[str, Any], list[tuple[int, str]]]:
-    """A module's top-level `NAME = <str>` assignments, and every other string constant (docstrings and
-    bare string statements left out) with its line."""
+def test_the_cleanup_path_names_the_rollout() -> None:
+    assert CLEANUP_PATH.format(rollout_id="abc-0") == "/cleanup/abc-0"
+
+
+def test_cleaned_rollouts_remember_the_latest_up_to_capacity() -> None:
+    cleaned = CleanedRollouts(capacity=2)
+    for rollout_id in ("a", "b", "a", "c"):  # "a" again: now the newest, so "b" is the oldest
+        cleaned.add(rollout_id)
+    assert ("a" in cleaned, "b" in cleaned, "c" in cleaned) == (True, False, True)
+    assert len(cleaned) == 2
+    assert 7 not in cleaned
+    assert len(CleanedRollouts(capacity=0)) == 0
+    at_least_one = CleanedRollouts(capacity=0)
+    at_least_one.add("x")
+    assert "x" in at_least_one  # a capacity below 1 still remembers the last one
+
+
+def _module_strings(path: Path) -> list[tuple[int, str]]:
+    """Every string constant of a module (docstrings and bare string statements left out) with its line."""
     tree = ast.parse(path.read_text(), str(path))
-    assigned = {
-        node.targets[0].id: node.value.value
-        for node in tree.body
-        if isinstance(node, ast.Assign)
-        and len(node.targets) == 1
-        and isinstance(node.targets[0], ast.Name)
-        and isinstance(node.value, ast.Constant)
-    }
     statements = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
-    strings = [
+    return [
         (node.lineno, node.value)
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in statements
     ]
-    return assigned, strings
-
-
-@pytest.mark.parametrize("path", sorted(IN_GYM_COPIES))
-def test_the_copies_in_the_nemo_gym_environment_equal_the_protocols(path: str) -> None:
-    assigned, _ = _module_strings(ROOT / path)
-    for name in IN_GYM_COPIES[path]:
-        assert assigned.get(name) == WIRE[name], f"{path}: {name} differs from relax_gym_core.protocol's"
 
 
 def test_nothing_else_spells_the_wire_names() -> None:
+    # No copies any more: the plugins' servers in the NeMo Gym environment import relax_gym_core.ingym.
     sources = sorted((ROOT / "src").rglob("*.py")) + sorted((ROOT / "plugins").glob("*/src/**/*.py"))
     spelled: list[str] = []
     for path in sources:
         relative = str(path.relative_to(ROOT))
         if relative == SPELLED_HERE:
             continue
-        copies = {WIRE[name] for name in IN_GYM_COPIES.get(relative, ())}
-        _, strings = _module_strings(path)
         spelled += [
             f"{relative}:{line}: {text!r}"
-            for line, text in strings
-            if any(wire in text for wire in WIRE.values()) and text not in copies
+            for line, text in _module_strings(path)
+            if any(wire in text for wire in WIRE.values())
         ]
-    assert spelled == [], "import the wire names from relax_gym_core.protocol"
+    assert spelled == [], "import the wire names from relax_gym_core.ingym (or relax_gym_core.protocol)"

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.plugin import reference_environment
 from relax_gym_core.plugin.cleanup import CleanupURLs
 from relax_gym_core.plugin.runs import (
     CLEANUP_CONFIRMED,
@@ -99,7 +99,7 @@ class Run:
             agent_url=url,
             cleanup=CleanupURLs(stateless=stateless, **urls),
         )
-        self.runtime = NemoGymRuntime(spec, make_plugin_manager(load_entry_points=False))
+        self.runtime = NemoGymRuntime(spec, reference_environment("echo"))
         self.request = parse_create_request(make_body())
 
     async def start(self) -> RunHandle:

@@ -33,6 +33,8 @@ type Step = CleanupResult | Exception
 class FinishingHandle:
     """A run that finishes at once; each cleanup step answers the next scripted outcome."""
 
+    placement: str | None = None  # no replicas
+
     def __init__(self, runtime: FinishingRuntime) -> None:
         self.runtime = runtime
 
@@ -62,6 +64,10 @@ class FinishingRuntime:
         self.calls: list[str] = []
 
     async def start(self, context: RunContext) -> FinishingHandle:
+        return FinishingHandle(self)
+
+    def handle_for(self, rollout_id: str, placement: str | None = None) -> FinishingHandle:
+        del rollout_id, placement
         return FinishingHandle(self)
 
     async def ready(self) -> bool:

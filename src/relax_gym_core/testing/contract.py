@@ -36,7 +36,7 @@ from relax_gym_core.plugin import (
 )
 from relax_gym_core.plugin.runs import RunResult
 from relax_gym_core.plugin.servers import ServerKind
-from relax_gym_core.protocol import Generation
+from relax_gym_core.protocol import ROLLOUT_INDEX, TASK_INDEX, Generation
 from relax_gym_core.protocol.jsonutil import is_finite_json
 from relax_gym_core.runtimes.builtin import BUILTIN_RUNTIMES
 
@@ -212,9 +212,9 @@ def _round_trip_problems(
             problems.append(f"top-level field {key!r} did not come back at the top level of the /run body")
         elif key not in normalised and body[key] != value:
             problems.append(f"top-level field {key!r} came back as {body[key]!r}, expected {value!r}")
-    indices = (body.get("_ng_task_index"), body.get("_ng_rollout_index"))
+    indices = (body.get(TASK_INDEX), body.get(ROLLOUT_INDEX))
     if indices != (task_index, "0"):
-        problems.append(f"_ng_task_index/_ng_rollout_index are {indices!r}, expected {(task_index, '0')!r}")
+        problems.append(f"{TASK_INDEX}/{ROLLOUT_INDEX} are {indices!r}, expected {(task_index, '0')!r}")
     return problems
 
 
@@ -309,6 +309,20 @@ def _map(environment: EnvironmentDefinition, body: dict[str, Any]) -> RunResult 
     return result
 
 
+def _mapped(
+    environment: EnvironmentDefinition, body: dict[str, Any], what: str, problems: list[str], advice: str
+) -> RunResult | EnvironmentFailure | None:
+    """_map, with any other exception recorded as a problem of `what` (None then): a crash of map_result
+    is a finding of the kit, not an error in the plugin's test."""
+    try:
+        return _map(environment, body)
+    except ConformanceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the finding is the exception itself
+        problems.append(f"{what} raised {type(exc).__name__}: {exc}; {advice}")
+        return None
+
+
 def check_result_mapping(
     hooks: Hooks,
     environment: str,
@@ -328,34 +342,36 @@ def check_result_mapping(
     base = copy.deepcopy(dict(body)) if body is not None else {"response": {"output": []}}
     problems: list[str] = []
     for reward in (1.0, 0.0):
-        outcome = _map(definition, {**copy.deepcopy(base), "reward": reward})
+        what = f"a normal body with reward {reward}"
+        outcome = _mapped(
+            definition, {**copy.deepcopy(base), "reward": reward}, what, problems, "map it to its reward"
+        )
+        if outcome is None:
+            continue
         if isinstance(outcome, EnvironmentFailure):
-            problems.append(f"a normal body with reward {reward} raised EnvironmentFailure({outcome.kind!r})")
+            problems.append(f"{what} raised EnvironmentFailure({outcome.kind!r})")
         elif outcome.reward != reward or isinstance(outcome.reward, bool):
-            problems.append(f"a normal body with reward {reward} mapped to reward {outcome.reward!r}")
+            problems.append(f"{what} mapped to reward {outcome.reward!r}")
     unscored = {key: value for key, value in base.items() if key != "reward"}
     for label, candidate in (
         ("without a reward", unscored),
         ("with reward null", {**unscored, "reward": None}),
         ("that is empty", {}),
     ):
-        try:
-            outcome = _map(definition, copy.deepcopy(candidate))
-        except ConformanceError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the finding is that it was not EnvironmentFailure
-            problems.append(
-                f"a body {label} raised {type(exc).__name__}: {exc}; return reward None or raise "
-                "EnvironmentFailure"
-            )
-            continue
+        advice = "return reward None or raise EnvironmentFailure"
+        outcome = _mapped(definition, copy.deepcopy(candidate), f"a body {label}", problems, advice)
         if isinstance(outcome, RunResult) and outcome.reward is not None:
             problems.append(
                 f"a body {label} mapped to reward {outcome.reward!r}: a missing reward must stay None "
                 "(or raise EnvironmentFailure), never become a score"
             )
     for index, failure in enumerate(failure_bodies):
-        outcome = _map(definition, copy.deepcopy(dict(failure)))
+        what = f"failure_bodies[{index}]"
+        outcome = _mapped(
+            definition, copy.deepcopy(dict(failure)), what, problems, "raise EnvironmentFailure with a kind"
+        )
+        if outcome is None:
+            continue
         if not isinstance(outcome, EnvironmentFailure):
             problems.append(
                 f"failure_bodies[{index}] mapped to a result with reward {outcome.reward!r} instead of "
