@@ -37,6 +37,12 @@ def test_a_server_that_cannot_start_is_named_with_its_exit_code_and_log(
     message = str(raised.value)
     assert "NeMo Gym server 'broken' exited with code 1" in message
     assert "relax_gym_no_such_module" in message  # the server's own output, from its log
+    # ... one line naming the class and why, not a traceback (a plugin's wrong server_class)
+    assert (
+        "server class relax_gym_no_such_module.app:Server: module relax_gym_no_such_module.app cannot be "
+        "imported in the NeMo Gym environment (ModuleNotFoundError" in message
+    )
+    assert "Traceback" not in message
 
 
 def test_a_forked_servers_exit_is_reported_once_and_it_is_never_signalled_after(tmp_path: Path) -> None:

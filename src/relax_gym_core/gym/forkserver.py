@@ -83,6 +83,8 @@ def _child(request: dict[str, Any], wakeup: tuple[int, int], parent: int) -> Non
         code = 0
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if stop.code is not None and not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)  # noqa: T201 - as the interpreter says it for a message exit
     except KeyboardInterrupt:
         code = 128 + signal.SIGINT
     except BaseException:  # noqa: BLE001 - the child must never return into the fork server's loop

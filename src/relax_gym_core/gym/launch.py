@@ -27,10 +27,22 @@ def _upstream_on_path(package: str) -> None:
 
 
 def _server_class(spec: str) -> Any:
+    """The class a server runs, or SystemExit with one line naming it and why (`relax-gym up` and `probe`
+    show the server's last lines: a wrong server_class is a plugin's mistake, not a traceback)."""
     module_name, _, class_name = spec.partition(":")
     if not module_name or not class_name:
         raise SystemExit(f"--server-class must look like module:Class (got {spec!r})")
-    return getattr(importlib.import_module(module_name), class_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SystemExit(
+            f"server class {spec}: module {module_name} cannot be imported in the NeMo Gym environment "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+    found = getattr(module, class_name, None)
+    if not isinstance(found, type):
+        raise SystemExit(f"server class {spec}: {module_name} has no class {class_name}")
+    return found
 
 
 def serve(server_class: Any, *, log_level: str = "warning") -> None:
