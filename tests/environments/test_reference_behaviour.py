@@ -239,3 +239,26 @@ def test_a_subclass_overriding_nothing_is_the_reference() -> None:
     assert environment.build_run_body(task, generation, "t-2") == build_run_body(task, generation, "t-2")
     answer = {"reward": 0.5, "response": {"output": [{"type": "message"}]}, "truncated": True}
     assert environment.map_result(answer) == map_result(answer)
+
+
+class Checked(EnvironmentDefinition):
+    """Overrides check_row only: the default convert_row and build_run_body call it."""
+
+    def check_row(self, row: dict[str, Any]) -> None:
+        if not isinstance(row.get("ground_truth"), list):
+            raise RowError("ground_truth must be a list of calls")
+
+
+def test_check_row_guards_the_default_conversion_and_run_body() -> None:
+    environment = Checked(name="c", configs=("c",), agent="", servers=(), cleanup=STATELESS, runtime="x")
+    converted = environment.convert_row(copy.deepcopy(WORKPLACE_ROW))
+    assert converted == convert_row(copy.deepcopy(WORKPLACE_ROW))
+    with pytest.raises(RowError, match="ground_truth must be a list of calls"):
+        environment.convert_row({**copy.deepcopy(WORKPLACE_ROW), "ground_truth": "send_email"})
+    task = {"messages": converted["input"], "metadata": converted["metadata"]}
+    assert (
+        environment.build_run_body(task, Generation(), "t-0")["ground_truth"] == WORKPLACE_ROW["ground_truth"]
+    )
+    lost = {"messages": converted["input"], "metadata": {"category": "email"}}  # lost its verifier field
+    with pytest.raises(RowError, match="ground_truth must be a list of calls"):
+        environment.build_run_body(lost, Generation(), "t-0")
