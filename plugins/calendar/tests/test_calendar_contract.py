@@ -13,11 +13,17 @@ from relax_gym_core.plugin import (
     EnvironmentFailure,
     Hooks,
     RowError,
+    answer,
     converted_row,
     make_plugin_manager,
 )
 from relax_gym_core.protocol import Generation, InterruptPolicy
-from relax_gym_core.testing import check_conversion, check_registration, check_result_mapping
+from relax_gym_core.testing import (
+    check_conversion,
+    check_registration,
+    check_result_mapping,
+    unscored_answers,
+)
 
 ENV = "calendar"
 ROLLOUT = f"{7:032x}-0"
@@ -147,29 +153,11 @@ def test_a_task_without_its_state_is_refused_before_the_run(hooks: Hooks, rows: 
 REAL_BODY: dict[str, Any] = {
     "responses_create_params": {"input": [{"role": "user", "content": "Schedule it."}], "tools": []},
     "exp_cal_state": {},
-    "response": {
-        "id": "resp_1",
-        "output": [
-            {
-                "type": "message",
-                "id": "msg_1",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": "[]", "annotations": []}],
-            }
-        ],
-    },
+    "response": {"id": "resp_1", "output": list(answer("[]", "1"))},
     "reward": 1.0,
 }
 
-FAILURES: dict[str, dict[str, Any]] = {
-    "no reward": {key: value for key, value in REAL_BODY.items() if key != "reward"},
-    "null reward": {**REAL_BODY, "reward": None},
-    "text reward": {**REAL_BODY, "reward": "1"},
-    "no response": {key: value for key, value in REAL_BODY.items() if key != "response"},
-    "response without output": {**REAL_BODY, "response": {"id": "resp_1"}},
-    "error answer": {"detail": "Internal Server Error"},
-}
+FAILURES = unscored_answers(REAL_BODY)
 
 
 def test_result_mapping_contract(hooks: Hooks) -> None:

@@ -6,26 +6,19 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from relax_gym_core.testing.web import run_cli
 
 pytestmark = pytest.mark.e2e  # the real CLI
 
-CLI = str(Path(sys.executable).with_name("relax-gym"))
 SAFETY_S = 120  # guards against hangs only
 
 
 def convert(source: Path, output: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CLI, "convert", "calendar", "--input", str(source), "--output", str(output)],
-        capture_output=True,
-        text=True,
-        timeout=SAFETY_S,
-        check=False,
-    )
+    return run_cli("convert", "calendar", "--input", str(source), "--output", str(output), timeout_s=SAFETY_S)
 
 
 def jsonl(*rows: Any) -> str:
@@ -75,9 +68,8 @@ def test_converting_a_converted_file_fails_at_line_one(tmp_path: Path, rows: lis
 
 
 def test_relax_gym_plugins_lists_calendar() -> None:
-    result = subprocess.run(
-        [CLI, "plugins", "--json"], capture_output=True, text=True, timeout=SAFETY_S, check=True
-    )
+    result = run_cli("plugins", "--json", timeout_s=SAFETY_S)
+    assert result.returncode == 0, result.stderr
     (ours,) = [p for p in json.loads(result.stdout)["plugins"] if p["distribution"] == "relax-gym-calendar"]
     assert [(e["name"], e["configs"], e["agent"]) for e in ours["environments"]] == [
         ("calendar", ["calendar-v1"], "calendar_simple_agent")

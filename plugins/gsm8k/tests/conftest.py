@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.plugin import Hooks
+from relax_gym_core.testing import plugin_hooks
 
 from relax_gym_gsm8k import plugin
 from relax_gym_gsm8k.judge import API_KEY_VAR, MODEL_VAR, URL_VAR
@@ -21,7 +22,7 @@ def no_judge(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def hooks(no_judge: None) -> Hooks:
-    return make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("gsm8k", plugin)])
+    return plugin_hooks("gsm8k", plugin)
 
 
 @pytest.fixture(scope="session")

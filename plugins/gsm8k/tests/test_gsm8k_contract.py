@@ -21,7 +21,12 @@ from relax_gym_core.plugin import (
     message,
 )
 from relax_gym_core.protocol import Generation, InterruptPolicy
-from relax_gym_core.testing import check_conversion, check_registration, check_result_mapping
+from relax_gym_core.testing import (
+    check_conversion,
+    check_registration,
+    check_result_mapping,
+    unscored_answers,
+)
 
 from relax_gym_gsm8k.rows import PROMPT_TEMPLATE, prompt
 
@@ -253,15 +258,7 @@ REAL_BODY: dict[str, Any] = {
     "judge_evaluations": None,
 }
 
-FAILURES: dict[str, dict[str, Any]] = {
-    "no reward": {key: value for key, value in REAL_BODY.items() if key != "reward"},
-    "null reward": {**REAL_BODY, "reward": None},
-    "text reward": {**REAL_BODY, "reward": "1.0"},
-    "boolean reward": {**REAL_BODY, "reward": True},
-    "no response": {key: value for key, value in REAL_BODY.items() if key != "response"},
-    "response without output": {**REAL_BODY, "response": {"id": "resp_1"}},
-    "error answer": {"detail": "Hit an exception calling an inner server"},
-}
+FAILURES = unscored_answers(REAL_BODY)
 
 
 @pytest.mark.parametrize("environment", sorted(ENVIRONMENTS))

@@ -4,33 +4,25 @@ file:line errors out, and a refused file leaves the output exactly as it was."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from relax_gym_core.testing.web import run_cli
 
 from relax_gym_gsm8k.judge import API_KEY_VAR, MODEL_VAR, URL_VAR
 from relax_gym_gsm8k.rows import prompt
 
 pytestmark = pytest.mark.e2e  # the real CLI
 
-CLI = str(Path(sys.executable).with_name("relax-gym"))
 SAFETY_S = 120  # guards against hangs only
+NO_JUDGE = {URL_VAR: "", MODEL_VAR: "", API_KEY_VAR: ""}  # set to nothing: the judge is off (judge.py)
 
 
 def convert(environment: str, source: Path, output: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if key not in (URL_VAR, MODEL_VAR, API_KEY_VAR)}
-    return subprocess.run(
-        [CLI, "convert", environment, "--input", str(source), "--output", str(output), *extra],
-        capture_output=True,
-        text=True,
-        timeout=SAFETY_S,
-        check=False,
-        env=env,
-    )
+    command = ("convert", environment, "--input", str(source), "--output", str(output), *extra)
+    return run_cli(*command, env=NO_JUDGE, timeout_s=SAFETY_S)
 
 
 def jsonl(*rows: Any) -> str:
@@ -107,9 +99,8 @@ def test_a_converted_file_is_not_a_raw_one(
 
 
 def test_relax_gym_plugins_lists_both_environments() -> None:
-    result = subprocess.run(
-        [CLI, "plugins", "--json"], capture_output=True, text=True, timeout=SAFETY_S, check=True
-    )
+    result = run_cli("plugins", "--json", timeout_s=SAFETY_S)
+    assert result.returncode == 0, result.stderr
     (ours,) = [p for p in json.loads(result.stdout)["plugins"] if p["distribution"] == "relax-gym-gsm8k"]
     assert [(e["name"], e["configs"], e["agent"]) for e in ours["environments"]] == [
         ("gsm8k", ["gsm8k-v1"], "gsm8k_math_with_judge_simple_agent"),

@@ -4,15 +4,11 @@ test_gsm8k_judge_server.py runs the judge for real."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import servers_of
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.testing import plugin_hooks
+from relax_gym_core.testing.web import run_cli
 
 from relax_gym_gsm8k import plugin
 from relax_gym_gsm8k.judge import (
@@ -27,7 +23,6 @@ from relax_gym_gsm8k.judge import (
     verify_timeout_s,
 )
 
-CLI = str(Path(sys.executable).with_name("relax-gym"))
 SAFETY_S = 120  # guards against hangs only
 JUDGE = {URL_VAR: "http://judge.internal:8000/v1", MODEL_VAR: "judge-model"}
 
@@ -70,7 +65,7 @@ def test_the_api_key_never_enters_the_definition(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(URL_VAR, JUDGE[URL_VAR])
     monkeypatch.setenv(MODEL_VAR, JUDGE[MODEL_VAR])
     monkeypatch.setenv(API_KEY_VAR, "sk-judge-secret")
-    hooks = make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("gsm8k", plugin)])
+    hooks = plugin_hooks("gsm8k", plugin)
     everything = repr([hooks.environments.get(name) for name in plugin.ENVIRONMENTS])
     assert "sk-judge-secret" not in everything
     assert f"${{oc.env:{API_KEY_VAR},EMPTY}}" in everything  # resolved inside the judge's own process
@@ -118,10 +113,8 @@ def test_a_judge_on_policy_model_is_refused() -> None:
 @pytest.mark.e2e  # the real CLI
 @pytest.mark.parametrize("command", [["plugins"], ["up", "gsm8k", "--port", "0"]])
 def test_the_cli_stops_with_one_line_before_starting_anything(command: list[str]) -> None:
-    environ = {**os.environ, URL_VAR: "http://127.0.0.1:28100/ng-rollout/abc-0/v1", MODEL_VAR: "m"}
-    result = subprocess.run(
-        [CLI, *command], capture_output=True, text=True, timeout=SAFETY_S, check=False, env=environ
-    )
+    environ = {URL_VAR: "http://127.0.0.1:28100/ng-rollout/abc-0/v1", MODEL_VAR: "m"}
+    result = run_cli(*command, env=environ, timeout_s=SAFETY_S)
     assert result.returncode == 2
     assert result.stderr.startswith("relax-gym: error: math judge: ")
     assert "Traceback" not in result.stderr

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 from relax_gym_core.gym.processes import gym_python
-from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.plugin import Hooks
+from relax_gym_core.testing import plugin_hooks
 
 from relax_gym_r2e import plugin
 from relax_gym_r2e.rows import example_rows
@@ -24,7 +25,7 @@ UID_BASE, UID_COUNT = 2_100_000, 65_536
 
 @pytest.fixture
 def hooks() -> Hooks:
-    return make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("r2e", plugin)])
+    return plugin_hooks("r2e", plugin)
 
 
 @pytest.fixture(scope="session")

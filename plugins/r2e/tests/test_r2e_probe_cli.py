@@ -5,30 +5,22 @@ the command starting its own)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from relax_gym_core.testing.gym import Verifier
+from relax_gym_core.testing.web import run_cli
 
 from relax_gym_r2e import tasks
 
 pytestmark = pytest.mark.e2e  # the real CLI and the real verifier
 
-CLI = str(Path(sys.executable).with_name("relax-gym"))
 SAFETY_S = 280  # guards against hangs only
 
 
 def test_the_cli_probe_passes_on_every_bundled_task(relax_gym_verifier: Callable[..., Verifier]) -> None:
-    result = subprocess.run(
-        [CLI, "probe", "r2e_gym", "--json", "--verifier-url", relax_gym_verifier("r2e_gym").url],
-        capture_output=True,
-        text=True,
-        timeout=SAFETY_S,
-        check=False,
-    )
+    url = relax_gym_verifier("r2e_gym").url
+    result = run_cli("probe", "r2e_gym", "--json", "--verifier-url", url, timeout_s=SAFETY_S)
     assert result.returncode == 0, result.stderr
     assert "starting NeMo Gym server" not in result.stderr  # it used the running one
     outcomes = {outcome["probe"]: outcome for outcome in json.loads(result.stdout)}

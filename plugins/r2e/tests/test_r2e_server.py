@@ -19,10 +19,9 @@ from relax_gym_core.plugin import (
     EnvironmentRegistrar,
     VerifierProbe,
     hookimpl,
-    make_plugin_manager,
     verify_body,
 )
-from relax_gym_core.testing import check_probes
+from relax_gym_core.testing import check_probes, plugin_hooks
 
 from relax_gym_r2e.plugin import R2E_GYM, R2EGym
 from relax_gym_r2e.sandbox import processes_of
@@ -82,7 +81,7 @@ class TwoTasksPlugin:
 
 
 def test_probes_are_scored_as_they_claim_by_the_real_verifier(server: str) -> None:
-    hooks = make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("two", TwoTasksPlugin())])
+    hooks = plugin_hooks("two", TwoTasksPlugin())
 
     def verify(row: dict[str, Any], output: list[dict[str, Any]]) -> float:
         answer = httpx.post(f"{server}/verify", json=verify_body(row, output), timeout=120, trust_env=False)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from relax_gym_core.testing.web import run_cli
 
 from relax_gym_reasoning_gym_cc import claude, plugin
 
@@ -52,13 +52,14 @@ def test_a_missing_or_other_version_cli_is_refused_with_what_to_do(tmp_path: Pat
 
 
 def test_relax_gym_plugins_reports_the_cli_version_and_path() -> None:
-    command = [str(Path(sys.executable).with_name("relax-gym")), "plugins"]
-    listed = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=60, check=True)
+    listed = run_cli("plugins", "--json", timeout_s=60)
+    assert listed.returncode == 0, listed.stderr
     (ours,) = [p for p in json.loads(listed.stdout)["plugins"] if p["name"] == "reasoning_gym_cc"]
     (environment,) = ours["environments"]
     expected = f"Claude Code 2.1.237 at {claude.require({}).path}"
     assert environment["name"] == plugin.REASONING_GYM.name and expected in environment["description"]
-    table = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    table = run_cli("plugins", timeout_s=60)
+    assert table.returncode == 0, table.stderr
     assert expected in table.stdout
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from relax_gym_core.gym import installed
 from relax_gym_core.gym.processes import gym_python
-from relax_gym_core.plugin import converted_row, make_plugin_manager
+from relax_gym_core.plugin import converted_row
+from relax_gym_core.testing import plugin_hooks
 
 from relax_gym_reasoning_gym_cc import plugin
 from relax_gym_reasoning_gym_cc.data import EXAMPLE_FILE, TASKS
@@ -60,7 +61,7 @@ def test_the_bundled_examples_are_exactly_what_the_generator_writes(tmp_path: Pa
     assert [row["metadata"]["source_index"] for row in rows] == [0, 1] * 3
     assert len({row["question"] for row in rows}) == 6
     assert all(isinstance(row["answer"], str) and row["answer"] for row in rows)
-    hooks = make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("reasoning_gym_cc", plugin)])
+    hooks = plugin_hooks("reasoning_gym_cc", plugin)
     for row in rows:
         converted = converted_row(hooks.environments.get("reasoning_gym"), row)
         assert converted["input"] == row["responses_create_params"]["input"]

@@ -4,19 +4,13 @@ bundled example rows, the right answer in the <answer> tags the prompt asks for,
 from __future__ import annotations
 
 import pytest
-from relax_gym_core.plugin import Hooks, converted_row, make_plugin_manager
+from relax_gym_core.plugin import Hooks, converted_row
 from relax_gym_core.testing import OracleScript
 
-from relax_gym_reasoning_gym_cc import plugin
 from relax_gym_reasoning_gym_cc.data import example_rows
 from relax_gym_reasoning_gym_cc.probes import wrong_answer
 
 ENV = "reasoning_gym"
-
-
-@pytest.fixture
-def hooks() -> Hooks:
-    return make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("reasoning_gym_cc", plugin)])
 
 
 def text_of(probe_output: tuple[object, ...]) -> str:

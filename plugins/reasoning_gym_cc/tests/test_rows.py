@@ -16,11 +16,17 @@ from relax_gym_core.plugin import (
     EnvironmentFailure,
     Hooks,
     RowError,
+    answer,
     converted_row,
     make_plugin_manager,
 )
 from relax_gym_core.protocol import Generation, TrialStatus
-from relax_gym_core.testing import check_conversion, check_registration, check_result_mapping
+from relax_gym_core.testing import (
+    check_conversion,
+    check_registration,
+    check_result_mapping,
+    unscored_answers,
+)
 
 from relax_gym_reasoning_gym_cc import plugin
 from relax_gym_reasoning_gym_cc.data import example_rows
@@ -29,11 +35,6 @@ from relax_gym_reasoning_gym_cc.prompts import prompt
 ENV = "reasoning_gym"
 ROLLOUT = f"{7:032x}-0"
 UPSTREAM = "resources_servers.reasoning_gym"
-
-
-@pytest.fixture
-def hooks() -> Hooks:
-    return make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("reasoning_gym_cc", plugin)])
 
 
 @pytest.fixture
@@ -234,13 +235,7 @@ REAL_BODY: dict[str, Any] = {
         "output": [
             {"type": "function_call", "call_id": "c1", "name": "Bash", "arguments": "{}", "id": "fc_1"},
             {"type": "function_call_output", "call_id": "c1", "output": "42\n"},
-            {
-                "type": "message",
-                "id": "msg_1",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": "<answer>42</answer>", "annotations": []}],
-            },
+            *answer("<answer>42</answer>", "1"),
         ],
     },
     "reward": 1.0,
@@ -252,13 +247,7 @@ REAL_BODY: dict[str, Any] = {
 }
 
 FAILURES: dict[str, tuple[dict[str, Any], str]] = {
-    "no reward": ({key: value for key, value in REAL_BODY.items() if key != "reward"}, "verifier_error"),
-    "null reward": ({**REAL_BODY, "reward": None}, "verifier_error"),
-    "text reward": ({**REAL_BODY, "reward": "1.0"}, "verifier_error"),
-    "boolean reward": ({**REAL_BODY, "reward": True}, "verifier_error"),
-    "no response": ({key: value for key, value in REAL_BODY.items() if key != "response"}, "verifier_error"),
-    "response without output": ({**REAL_BODY, "response": {"id": "resp_1"}}, "verifier_error"),
-    "error answer": ({"detail": "Hit an exception calling an inner server"}, "verifier_error"),
+    **{case: (body, "verifier_error") for case, body in unscored_answers(REAL_BODY).items()},
     "empty answer": ({}, "verifier_error"),
     "empty output": ({**REAL_BODY, "response": {"id": "r", "output": []}, "reward": 0.0}, "agent_error"),
 }

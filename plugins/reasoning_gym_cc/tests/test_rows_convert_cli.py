@@ -6,28 +6,22 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from relax_gym_core.testing.web import run_cli
 
 from relax_gym_reasoning_gym_cc.data import example_rows
 
 pytestmark = pytest.mark.e2e  # the real CLI
 
-CLI = str(Path(sys.executable).with_name("relax-gym"))
 SAFETY_S = 120  # guards against hangs only
 
 
 def convert(source: Path, output: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CLI, "convert", "reasoning_gym", "--input", str(source), "--output", str(output), *extra],
-        capture_output=True,
-        text=True,
-        timeout=SAFETY_S,
-        check=False,
-    )
+    command = ("convert", "reasoning_gym", "--input", str(source), "--output", str(output), *extra)
+    return run_cli(*command, timeout_s=SAFETY_S)
 
 
 def jsonl(*rows: Any) -> str:
@@ -87,9 +81,8 @@ def test_a_row_without_its_task_names_file_line_and_field_and_writes_nothing(
 
 
 def test_relax_gym_plugins_lists_the_environment() -> None:
-    result = subprocess.run(
-        [CLI, "plugins", "--json"], capture_output=True, text=True, timeout=SAFETY_S, check=True
-    )
+    result = run_cli("plugins", "--json", timeout_s=SAFETY_S)
+    assert result.returncode == 0, result.stderr
     (ours,) = [
         p for p in json.loads(result.stdout)["plugins"] if p["distribution"] == "relax-gym-reasoning-gym-cc"
     ]

@@ -9,21 +9,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import Hooks, answer, converted_row, make_plugin_manager, verify_body
+from relax_gym_core.plugin import Hooks, answer, converted_row, verify_body
 from relax_gym_core.testing import check_probes
 from relax_gym_core.testing.gym import Verifier
 
-from relax_gym_reasoning_gym_cc import plugin
 from relax_gym_reasoning_gym_cc.data import example_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nemo_gym("reasoning_gym")]
 
 ENV = "reasoning_gym"
-
-
-@pytest.fixture
-def hooks() -> Hooks:
-    return make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("reasoning_gym_cc", plugin)])
 
 
 @pytest.fixture

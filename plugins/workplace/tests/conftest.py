@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.plugin import Hooks
+from relax_gym_core.testing import plugin_hooks
 
 from relax_gym_workplace import plugin
 from relax_gym_workplace.plugin import example_rows
@@ -14,7 +15,7 @@ from relax_gym_workplace.plugin import example_rows
 
 @pytest.fixture
 def hooks() -> Hooks:
-    return make_plugin_manager(load_entry_points=False, blocked=(), plugins=[("workplace", plugin)])
+    return plugin_hooks("workplace", plugin)
 
 
 @pytest.fixture(scope="module")

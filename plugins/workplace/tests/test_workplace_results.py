@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from relax_gym_core.plugin import EnvironmentFailure, Hooks
 from relax_gym_core.protocol import TrialStatus
-from relax_gym_core.testing import check_result_mapping
+from relax_gym_core.testing import check_result_mapping, unscored_answers
 
 from relax_gym_workplace.plugin import count_turns
 
@@ -75,15 +75,7 @@ def test_a_zero_reward_is_a_score_and_truncation_is_kept(hooks: Hooks) -> None:
     assert result.metrics["turns"] == 3
 
 
-FAILURES: dict[str, dict[str, Any]] = {
-    "no reward": {key: value for key, value in REAL_BODY.items() if key != "reward"},
-    "null reward": {**REAL_BODY, "reward": None},
-    "text reward": {**REAL_BODY, "reward": "1.0"},
-    "boolean reward": {**REAL_BODY, "reward": True},
-    "no response": {key: value for key, value in REAL_BODY.items() if key != "response"},
-    "response without output": {**REAL_BODY, "response": {"id": "resp_1"}},
-    "error answer": {"detail": "Hit an exception calling an inner server"},
-}
+FAILURES = unscored_answers(REAL_BODY)
 
 
 @pytest.mark.parametrize("case", sorted(FAILURES))

@@ -2,9 +2,10 @@
 simple_agent, under the names Relax launch scripts use, with the relax-nemo-gym/v1 calendar recipe's limits.
 
 Stateless (no tools, no session: the grader reads the final message), one generation per trial. What
-differs from the reference: rows are checked before conversion (rows.py: upstream's grader turns any bad
-event into a silent 0), probes are built by schedule search (probes.py), and a result says whether the
-final item was a message with text (upstream grades 0 otherwise, e.g. a reply cut off while reasoning).
+differs from the reference: rows are checked (check_row, before conversion and again in their /run bodies;
+rows.py: upstream's grader turns any bad event into a silent 0), probes are built by schedule search
+(probes.py), and a result says whether the final item was a message with text (upstream grades 0
+otherwise, e.g. a reply cut off while reasoning).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from relax_gym_core.plugin import (
     resources_server,
     simple_agent,
 )
-from relax_gym_core.protocol import Generation
 
 from relax_gym_calendar import probes, rows
 
@@ -46,15 +46,10 @@ def answered(output: list[Any]) -> dict[str, bool]:
 
 
 class Calendar(EnvironmentDefinition):
-    def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
+    def check_row(self, row: dict[str, Any]) -> None:
+        # Each row, and each /run body: a task without a usable exp_cal_state fails here, not as a 422 in
+        # /verify.
         rows.check_row(row)
-        return reference.convert_row(row)
-
-    def build_run_body(self, task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
-        # Checked like a row: a task without a usable exp_cal_state fails here, not as a 422 in /verify.
-        body = reference.build_run_body(task, generation, rollout_id)
-        rows.check_row(body)
-        return body
 
     def map_result(self, body: dict[str, Any]) -> RunResult:
         return reference.verified_result(self.name, body, answered)

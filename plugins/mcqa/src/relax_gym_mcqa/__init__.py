@@ -1,9 +1,9 @@
 """relax-gym plugin for NeMo Gym's mcqa environment: multiple-choice questions, the answer letter boxed.
 
 Upstream's resources server and simple_agent run unchanged. What this plugin adds over the reference
-behaviour is what upstream's verifier would otherwise turn into a silent 0: every row is checked (its
-options, its expected answer among them, its grading mode), and its verifier probes (the right letter
-boxed -> 1.0, another letter -> 0.0) are built from upstream's own example rows, read in place.
+behaviour is what upstream's verifier would otherwise turn into a silent 0: every row, and every /run body,
+is checked (its options, its expected answer among them, its grading mode), and its verifier probes (the
+right letter boxed -> 1.0, another letter -> 0.0) are built from upstream's own example rows, read in place.
 """
 
 from __future__ import annotations
@@ -58,9 +58,8 @@ def letters(row: dict[str, Any]) -> list[str]:
 
 
 class Mcqa(EnvironmentDefinition):
-    def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
-        letters(row)
-        return reference.convert_row(row)
+    def check_row(self, row: dict[str, Any]) -> None:
+        letters(row)  # each row before the reference conversion, and each /run body
 
     def map_result(self, body: dict[str, Any]) -> RunResult:
         return reference.verified_result(self.name, body)  # an unscored answer is never a reward of 0

@@ -4,9 +4,10 @@ checkout inside a bubblewrap sandbox, /verify runs the hidden tests) and NeMo Gy
 Production runs the same environment and config behind NeMo Gym's swe_agents with Apptainer instead
 (relax_gym_r2e.production); that is configuration only here.
 
-What differs from the reference: rows are checked before conversion and again in their /run bodies
-(rows.py: the swe_agents shape or the local one, every field named on error), probes are per bundled task
-(probes.py), and results carry the SWE metrics of both runtimes, with Relax's R2E shaping (below).
+What differs from the reference: rows are checked (check_row) before conversion and again in their /run
+bodies (rows.py: the swe_agents shape or the local one, every field named on error), probes are per
+bundled task (probes.py), and results carry the SWE metrics of both runtimes, with Relax's R2E shaping
+(below).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from relax_gym_core.plugin import (
     resources_server,
     simple_agent,
 )
-from relax_gym_core.protocol import Generation, InterruptPolicy, TrialStatus
+from relax_gym_core.protocol import InterruptPolicy, TrialStatus
 
 from relax_gym_r2e import probes, rows
 
@@ -99,17 +100,11 @@ def verdict_metrics(body: dict[str, Any]) -> dict[str, Any]:
 
 
 class R2EGym(EnvironmentDefinition):
-    def convert_row(self, row: dict[str, Any]) -> dict[str, Any]:
-        # A swe_agents row's prompt is its problem statement (the reference's R2E rule); a local row's is
-        # its input.
+    def check_row(self, row: dict[str, Any]) -> None:
+        # Each row (then converted the reference way: a swe_agents row's prompt is its problem statement,
+        # the reference's R2E rule; a local row's is its input) and each /run body: a broken task fails
+        # here, not inside the sandbox.
         rows.check_row(row)
-        return reference.convert_row(row)
-
-    def build_run_body(self, task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
-        # Checked like a row: a broken task fails here, not inside the sandbox.
-        body = reference.build_run_body(task, generation, rollout_id)
-        rows.check_row(body)
-        return body
 
     def map_result(self, body: dict[str, Any]) -> RunResult:
         # Not the reference mapping: the reward is shaped, and only the fields above become metrics.
