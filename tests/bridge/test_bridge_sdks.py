@@ -17,6 +17,7 @@ import pydantic
 import pytest
 
 from relax_gym_core.bridge import ROLLOUT_TAG
+from relax_gym_core.policies.formats import responses_object
 from relax_gym_core.testing import (
     Gate,
     ModelReply,
@@ -29,7 +30,6 @@ from relax_gym_core.testing import (
     reply_text,
     reply_tool_calls,
 )
-from relax_gym_core.testing.formats import responses_object
 from relax_gym_core.testing.web import ScriptedPolicy, run_policy
 
 from .conftest import AGENT_KEY, SDK_TIMEOUT_S, BridgeGateway, Trial

@@ -31,7 +31,7 @@ from relax_gym_core.gateway.limits import limit_bodies
 from relax_gym_core.gateway.server import DEFAULT_LIMITS, FD_RESERVE, connection_cap
 from relax_gym_core.protocol import BRIDGE_PREFIX
 from relax_gym_core.protocol.types import REQUEST_ID_MAX_LEN
-from relax_gym_core.runtimes.pool import ReplicaPool
+from relax_gym_core.replicas.pool import ReplicaPool
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TABLE_SECTION = "Operations: limits and timeouts"

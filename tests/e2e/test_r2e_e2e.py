@@ -23,9 +23,9 @@ import pytest
 from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
 from relax_gym_core.plugin import converted_row, make_plugin_manager
 from relax_gym_core.plugin.specs import parse_environments
+from relax_gym_core.policies.oracle import OracleScript
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import RecordedRequest, ScriptedReply, ToolCall, reply_text, reply_tool_calls
-from relax_gym_core.testing.oracle import OracleScript
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.nemo_gym("r2e_gym")]

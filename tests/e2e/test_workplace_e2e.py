@@ -18,9 +18,9 @@ import pytest
 
 from relax_gym_core.client import GatewayClient, run_trial
 from relax_gym_core.plugin import converted_row, make_plugin_manager
+from relax_gym_core.policies.oracle import OracleScript
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import Gate, reply_text
-from relax_gym_core.testing.oracle import OracleScript
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 from ..replicas.support import OPTIONS, solve_task_0, tool_outputs

@@ -17,6 +17,7 @@ from relax_gym_core.plugin import (
     CleanupContract,
     DuplicateEnvironmentError,
     EnvironmentDefinition,
+    EnvironmentRegistrar,
     NemoGymServer,
     PluginInfo,
     PluginLoadError,
@@ -406,13 +407,6 @@ def test_trace_never_reaches_command_output(
     assert capsys.readouterr().out == ""  # stdout carries command output (relax-gym plugins --json)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "core: Hooks.environments/.runtimes call each hookimpl's function directly, past pluggy's hook "
-        "execution, so pm.enable_tracing() (RELAX_GYM_TRACE_PLUGINS) sees no call: the trace is empty"
-    ),
-)
 def test_trace_names_the_registration_hooks_on_stderr(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -421,5 +415,20 @@ def test_trace_names_the_registration_hooks_on_stderr(
     _ = hooks.environments, hooks.runtimes
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert "register_environments" in captured.err
-    assert "register_runtimes" in captured.err
+    # One line per registration hook a plugin implements: which plugin registered what.
+    assert captured.err.splitlines() == ["relax-gym: plugin 'p' register_environments: e"]
+
+
+def test_a_plugin_that_crashes_while_registering_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken:
+        @hookimpl
+        def register_environments(self, registrar: EnvironmentRegistrar) -> None:
+            raise TypeError(
+                "EnvironmentDefinition.__init__() missing 1 required keyword-only argument: 'cleanup'"
+            )
+
+    hooks = make_plugin_manager(load_entry_points=False, plugins=[("half_migrated", Broken())])
+    with pytest.raises(
+        PluginError, match=r"^plugin 'half_migrated' failed in register_environments: TypeError: "
+    ):
+        _ = hooks.environments

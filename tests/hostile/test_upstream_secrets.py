@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from relax_gym_core.policies.replies import default_script
 from relax_gym_core.testing import ErrorReply, RecordedRequest, ScriptedReply
-from relax_gym_core.testing.replies import default_script
 from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy, run_policy, start_gateway
 
 from .conftest import ECHO, SAFETY_S, logged

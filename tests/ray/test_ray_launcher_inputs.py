@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.gym.ray_launcher import DEFAULT_RESOURCES, RayLauncher, _checked_resources
+from relax_gym_core.replicas.ray import DEFAULT_RESOURCES, RayLauncher, _checked_resources
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "relax_gym_core"
 
@@ -50,6 +50,6 @@ def _imports_ray(path: Path) -> bool:
 
 def test_only_ray_host_imports_ray() -> None:
     importing = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if _imports_ray(p))
-    assert importing == ["gym/ray_host.py"]
-    launcher = (SRC / "gym" / "ray_launcher.py").read_text()
-    assert "import ray_host" not in launcher and "from relax_gym_core.gym.ray_host" not in launcher
+    assert importing == ["replicas/ray_host.py"]
+    launcher = (SRC / "replicas" / "ray.py").read_text()
+    assert "import ray_host" not in launcher and "from relax_gym_core.replicas.ray_host" not in launcher

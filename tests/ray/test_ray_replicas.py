@@ -28,9 +28,9 @@ import pytest
 
 from relax_gym_core.client import GatewayClient
 from relax_gym_core.gym.processes import gym_python, stop_process
-from relax_gym_core.gym.ray_launcher import RayLauncher, RayReplica
-from relax_gym_core.gym.replicas import ReplicaSpec, replica_names
 from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.replicas.ray import RayLauncher, RayReplica
+from relax_gym_core.replicas.spec import ReplicaSpec, replica_names
 from relax_gym_core.testing import Gate
 from relax_gym_core.testing.web import start_up
 

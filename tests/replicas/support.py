@@ -24,6 +24,7 @@ from attrs import frozen
 
 from relax_gym_core.client import ClientOptions, GatewayClient
 from relax_gym_core.plugin import converted_row, make_plugin_manager
+from relax_gym_core.policies.oracle import tool_results
 from relax_gym_core.protocol import PROTOCOL_VERSION, CreateTrialRequest, TrialSnapshot, parse_create_request
 from relax_gym_core.testing import (
     Gate,
@@ -33,7 +34,6 @@ from relax_gym_core.testing import (
     reply_text,
     reply_tool_calls,
 )
-from relax_gym_core.testing.oracle import tool_results
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 pytest.importorskip("relax_gym_workplace")

@@ -18,8 +18,8 @@ import pytest
 
 from relax_gym_core.plugin.runs import RunHandle
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, TrialStatus, parse_create_request
+from relax_gym_core.replicas.pool import ReplicaPool, StartedReplica
 from relax_gym_core.runtimes import EchoRuntime
-from relax_gym_core.runtimes.pool import ReplicaPool, StartedReplica
 from relax_gym_core.trials import Admission, LedgerStore, RecoveryPolicy, TrialBook, TrialService
 
 ENV = ("echo", "default")

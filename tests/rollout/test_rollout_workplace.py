@@ -11,9 +11,9 @@ from statistics import fmean
 
 import pytest
 
-from relax_gym_core.commands.rollout_data import example_rows
-from relax_gym_core.commands.rollout_policy import oracle_token
 from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.rollout.data import example_rows
+from relax_gym_core.rollout.policy import oracle_token
 from relax_gym_core.testing.web import GatewayProcess
 
 from .conftest import check_report_numbers, pngs, relax_gym, trial_lines, write_rows

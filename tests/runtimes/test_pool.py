@@ -22,8 +22,8 @@ import pytest
 from relax_gym_core.errors import EnvironmentFailure, ReplicaLostError, RunError
 from relax_gym_core.plugin.runs import CLEANUP_CONFIRMED, CleanupResult, RunContext, RunHandle, RunResult
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, TrialStatus, parse_create_request
+from relax_gym_core.replicas.pool import ReplicaPool, StartedReplica
 from relax_gym_core.runtimes import EchoRuntime
-from relax_gym_core.runtimes.pool import ReplicaPool, StartedReplica
 from relax_gym_core.trials import Admission, MemoryStore, TrialBook, TrialService
 
 pytestmark = pytest.mark.anyio

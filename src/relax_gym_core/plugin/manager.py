@@ -106,30 +106,27 @@ def make_plugin_manager(
             f"plugin {name!r}{where} implements an unknown hook {', '.join(map(repr, unknown))} "
             f"(the hooks are {', '.join(hookspecs.__all__)})"
         ) from exc
-    if os.environ.get(TRACE_VAR):
-        pm.trace.root.setwriter(sys.stderr.write)  # stdout carries command output (plugins --json)
-        pm.enable_tracing()
-    return Hooks(pm, infos)
+    return Hooks(pm, infos, trace=bool(os.environ.get(TRACE_VAR)))
 
 
 class Hooks:
     """Typed access to what the plugins registered; core code never touches pm.hook directly."""
 
-    def __init__(self, pm: pluggy.PluginManager, plugins: list[PluginInfo]) -> None:
+    def __init__(self, pm: pluggy.PluginManager, plugins: list[PluginInfo], *, trace: bool = False) -> None:
         self.pm = pm
         self.plugins = plugins
         self._registry: EnvironmentRegistry | None = None
         self._runtimes: dict[str, RuntimeFactory] | None = None
+        self._trace = trace
 
     @property
     def environments(self) -> EnvironmentRegistry:
         if self._registry is None:
             registry = EnvironmentRegistry()
             for impl in self.pm.hook.register_environments.get_hookimpls():
-                # Called one by one so each plugin gets a registrar naming it; like pluggy, pass only
-                # the arguments the implementation declares.
-                args = {"registrar": EnvironmentRegistrar(registry, impl.plugin_name)}
-                impl.function(*(args[name] for name in impl.argnames))
+                before = {definition.name for definition in registry}
+                self._register(impl, {"registrar": EnvironmentRegistrar(registry, impl.plugin_name)})
+                self._say(impl, sorted({definition.name for definition in registry} - before))
             self._registry = registry
         return self._registry
 
@@ -139,10 +136,28 @@ class Hooks:
         if self._runtimes is None:
             factories: dict[str, tuple[str, RuntimeFactory]] = {}
             for impl in self.pm.hook.register_runtimes.get_hookimpls():
-                args = {"registrar": RuntimeRegistrar(factories, impl.plugin_name)}
-                impl.function(*(args[name] for name in impl.argnames))
+                before = set(factories)
+                self._register(impl, {"registrar": RuntimeRegistrar(factories, impl.plugin_name)})
+                self._say(impl, sorted(set(factories) - before))
             self._runtimes = {name: factory for name, (_plugin, factory) in factories.items()}
         return self._runtimes
+
+    def _register(self, impl: pluggy.HookImpl, args: dict[str, object]) -> None:
+        """Call one plugin's registration hook (one by one, so each gets a registrar naming it; like
+        pluggy, with only the arguments it declares). A crash in it is a PluginError naming the plugin."""
+        try:
+            impl.function(*(args[name] for name in impl.argnames))
+        except PluginError:
+            raise
+        except Exception as exc:
+            raise PluginError(
+                f"plugin {impl.plugin_name!r} failed in {impl.function.__name__}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _say(self, impl: pluggy.HookImpl, registered: list[str]) -> None:
+        if self._trace:  # $RELAX_GYM_TRACE_PLUGINS; stderr: stdout carries command output (plugins --json)
+            names = ", ".join(registered) or "nothing"
+            sys.stderr.write(f"relax-gym: plugin {impl.plugin_name!r} {impl.function.__name__}: {names}\n")
 
     def owner(self, environment: str) -> PluginInfo | None:
         name = self.environments.owner(environment)

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from relax_gym_core.ingym.processes import alive
 from relax_gym_core.ingym.sandbox import (
     BASH,
     SEARCH_PATH,
@@ -102,21 +103,12 @@ def _owner(pid: int) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    """Not gone and not a zombie (a zombie holds no resources; it only awaits its reaper)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2 :][:1] not in ("Z", "X")
-
-
 def processes_of(uids: int | set[int]) -> list[int]:
     """The live (non-zombie) processes owned by one of `uids` (one stat per process: cheap to repeat)."""
     wanted = {uids} if isinstance(uids, int) else uids
     found: list[int] = []
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and _owner(int(entry.name)) in wanted and _alive(int(entry.name)):
+        if entry.name.isdigit() and _owner(int(entry.name)) in wanted and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 

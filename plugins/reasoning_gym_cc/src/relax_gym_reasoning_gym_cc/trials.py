@@ -7,7 +7,7 @@ environment (the CLI's children inherit it; the sandbox sets it again after --cl
 from the rollout id alone, by scanning /proc and the root, so cleanup is confirmed by checking, also for
 a trial whose run this agent process no longer remembers.
 
-Standard library only: it runs in the NeMo Gym environment.
+Standard library (and relax_gym_core.ingym, which is too) only: it runs in the NeMo Gym environment.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from relax_gym_core.ingym.processes import alive
 
 MARKER = "RELAX_GYM_CC_ROLLOUT"  # environment variable naming the rollout in every process of a trial
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -86,15 +88,6 @@ def remove_directories(trials_root: Path, rollout_id: str) -> bool:
 # ---- processes ---------------------------------------------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    """Not gone and not a zombie (a zombie holds nothing; it awaits its reaper)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2 :][:1] not in ("Z", "X")
-
-
 def _pgid(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -123,7 +116,7 @@ def processes_of(rollout_id: str, pgids: frozenset[int] = frozenset()) -> list[i
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         pid = int(entry.name)
-        if ((pgids and _pgid(pid) in pgids) or _marked(pid, marker)) and _alive(pid):
+        if ((pgids and _pgid(pid) in pgids) or _marked(pid, marker)) and alive(pid):
             found.append(pid)
     return found
 
