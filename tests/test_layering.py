@@ -60,6 +60,7 @@ PLUGIN_API = {
     "gym.installed",
     "ingym",
     "ingym.sandbox",
+    "ingym.processes",
 }
 # Their tests may also use the test support and start NeMo Gym servers.
 PLUGIN_TEST_PARTS = ("testing", "gym")
