@@ -17,7 +17,7 @@ import pytest
 
 from relax_gym_core.commands.probe import format_outcomes
 from relax_gym_core.gym.probe import score
-from relax_gym_core.plugin import VerifierProbe, hookimpl, make_plugin_manager
+from relax_gym_core.plugin import VerifierProbe, make_plugin_manager
 from relax_gym_core.testing.gym import Verifier
 
 pytest.importorskip("relax_gym_workplace")
@@ -40,26 +40,13 @@ def test_the_cli_scores_every_workplace_probe_as_expected() -> None:
     assert all(outcome["ok"] and outcome["reward"] == outcome["expected"] for outcome in outcomes)
 
 
-class Liar:
-    """Claims the first probe scores 0.0 (it scores 1.0) and adds a probe whose row the verifier rejects."""
-
-    def __init__(self, honest: list[VerifierProbe]) -> None:
-        self.honest = honest
-
-    @hookimpl(tryfirst=True)
-    def verifier_probes(self, environment: str) -> list[VerifierProbe] | None:
-        if environment != ENV:
-            return None
-        flipped = attrs.evolve(self.honest[0], name="flipped", expected_reward=0.0)
-        broken = VerifierProbe(name="broken", row={"no": "params"}, output=(), expected_reward=1.0)
-        return [flipped, *self.honest[1:3], broken]
-
-
 def test_mismatches_and_rejected_probes_are_reported(relax_gym_verifier: Callable[..., Verifier]) -> None:
     honest = list(make_plugin_manager().environments.get(ENV).verifier_probes())
-    hooks = make_plugin_manager(plugins=[("liar", Liar(honest))])
+    # Probes that lie: the first claims 0.0 (it scores 1.0), the last has a row the verifier rejects.
+    flipped = attrs.evolve(honest[0], name="flipped", expected_reward=0.0)
+    broken = VerifierProbe(name="broken", row={"no": "params"}, output=(), expected_reward=1.0)
     verifier = relax_gym_verifier(ENV)
-    outcomes = [score(probe, verifier.post) for probe in list(hooks.environments.get(ENV).verifier_probes())]
+    outcomes = [score(probe, verifier.post) for probe in [flipped, *honest[1:3], broken]]
     assert [(o.name, o.ok) for o in outcomes] == [
         ("flipped", False),
         (honest[1].name, True),

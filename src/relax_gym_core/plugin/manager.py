@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import pluggy
 from attrs import frozen
 
-from relax_gym_core.errors import PluginError, PluginLoadError
+from relax_gym_core.errors import PluginError, PluginLoadError, RelaxGymError
 from relax_gym_core.plugin import hookspecs
 from relax_gym_core.plugin.registry import (
     EnvironmentRegistrar,
@@ -147,7 +147,7 @@ class Hooks:
         pluggy, with only the arguments it declares). A crash in it is a PluginError naming the plugin."""
         try:
             impl.function(*(args[name] for name in impl.argnames))
-        except PluginError:
+        except RelaxGymError:  # a plugin error, or the operator's (a ConfigError): says what is wrong
             raise
         except Exception as exc:
             raise PluginError(
