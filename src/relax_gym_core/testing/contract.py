@@ -329,6 +329,7 @@ def check_result_mapping(
     *,
     body: Mapping[str, Any] | None = None,
     failure_bodies: Iterable[Mapping[str, Any]] = (),
+    failure_kind: str | None = None,
 ) -> None:
     """map_result keeps real rewards and never turns a missing answer or an infrastructure failure into 0.
 
@@ -336,7 +337,8 @@ def check_result_mapping(
     to 1.0 and to 0.0 it must map to exactly that reward. Without a reward (reward absent, null, or an
     empty body) the result must be reward None or an EnvironmentFailure. Every one of
     `failure_bodies` (answers the plugin recognises as infrastructure failures) must raise
-    EnvironmentFailure with a kind.
+    EnvironmentFailure with a kind: `failure_kind`, when given (e.g. "verifier_error" for answers the
+    verifier never scored, as testing.unscored_answers makes them).
     """
     definition = hooks.environments.get(environment)
     base = copy.deepcopy(dict(body)) if body is not None else {"response": {"output": []}}
@@ -379,6 +381,9 @@ def check_result_mapping(
             )
         elif not isinstance(outcome.kind, str) or not outcome.kind:
             problems.append(f"failure_bodies[{index}] raised EnvironmentFailure without a kind")
+        elif failure_kind is not None and outcome.kind != failure_kind:
+            raised = f"EnvironmentFailure({outcome.kind!r})"
+            problems.append(f"failure_bodies[{index}] raised {raised}, not kind {failure_kind!r}")
     _fail_if(problems, f"environment {environment!r}: result mapping contract broken")
 
 

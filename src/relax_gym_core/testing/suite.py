@@ -40,6 +40,7 @@ class EnvironmentContract:
     normalised: ClassVar[Collection[str]] = REFERENCE_NORMALISED  # top-level keys conversion may change
     result_body: ClassVar[Mapping[str, Any] | None] = None  # a normal /run answer (default: empty output)
     failure_bodies: ClassVar[Sequence[Mapping[str, Any]]] = ()  # answers that are infrastructure failures
+    failure_kind: ClassVar[str | None] = None  # the kind each of them must raise (e.g. "verifier_error")
     require_contrast: ClassVar[bool] = True  # probes must expect at least two different rewards
 
     def rows(self) -> Sequence[Mapping[str, Any]]:
@@ -64,6 +65,7 @@ class EnvironmentContract:
             self.environment,
             body=self.result_body,
             failure_bodies=self.failure_bodies,
+            failure_kind=self.failure_kind,
         )
 
     def test_probes(self, relax_gym_hooks: Hooks, relax_gym_verifier: Callable[..., Any]) -> None:
