@@ -14,13 +14,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from relax_gym_core.errors import EnvironmentFailure, ReplicaLostError, RunError
-from relax_gym_core.plugin.runs import CLEANUP_CONFIRMED, CleanupResult, RunContext, RunHandle, RunResult
+from relax_gym_core.plugin.runs import (
+    CLEANUP_CONFIRMED,
+    CLEANUP_FAILED,
+    CLEANUP_UNVERIFIED,
+    CleanupResult,
+    RunContext,
+    RunHandle,
+    RunResult,
+)
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, TrialStatus, parse_create_request
 from relax_gym_core.replicas.pool import ReplicaPool, StartedReplica
 from relax_gym_core.runtimes import EchoRuntime
@@ -170,6 +179,60 @@ async def test_a_run_whose_call_fails_because_its_replica_died_raises_replica_lo
     assert info.value.kind == "replica_lost"
     status = pool.status()
     assert (status.healthy, status.lost, dict(status.running)) == (1, 1, {"r1": 0})
+
+
+class CountedProcesses(Processes):
+    """Processes whose servers refuse every connection, counting how often the pool asked after them."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        with socket.socket() as closed:  # a loopback port nobody listens on once closed
+            closed.bind(("127.0.0.1", 0))
+            self.urls = {"resources": f"http://127.0.0.1:{closed.getsockname()[1]}"}
+        self.asked = 0
+
+    def alive(self) -> bool:
+        self.asked += 1
+        return self.up
+
+
+async def test_a_failed_call_on_a_silent_replica_waits_for_its_host_to_report_the_loss(closing: Any) -> None:
+    # A node gone under Ray: the call fails at once, the host reports the actor dead seconds later. The
+    # pool does not name the symptom in between: a replica whose servers answer nothing is waited for.
+    processes = CountedProcesses("r0")
+    runs = Runs()
+    pool = ReplicaPool([StartedReplica(processes, {ENV: runs})], probe_interval_s=FAST_PROBE_S)
+    closing(pool)
+    handle = await pool.start(context("node-gone"))
+    runs.runs["node-gone"].outcome.set_exception(RunError("connection refused"))
+    waiting = asyncio.ensure_future(handle.wait())
+    await until(lambda: processes.asked > 50, "the pool to keep asking")  # long past the old give-up
+    assert not waiting.done()
+    processes.up = False  # the host's report comes in
+    with pytest.raises(ReplicaLostError):
+        await asyncio.wait_for(waiting, SAFETY_S)
+
+
+async def test_a_cleanup_failing_because_its_replica_was_lost_meanwhile_is_unverified(
+    closing: Any,
+) -> None:
+    pool, processes, runtimes = pool_of(["r0"], probe_interval_s=FAST_PROBE_S)
+    closing(pool)
+    handle = await pool.start(context("gone-while-asked"))
+    asked = asyncio.get_running_loop().create_future()
+    answer: asyncio.Future[CleanupResult] = asyncio.get_running_loop().create_future()
+
+    async def force_cleanup() -> CleanupResult:
+        asked.set_result(None)
+        return await answer
+
+    runtimes["r0"].runs["gone-while-asked"].force_cleanup = force_cleanup  # type: ignore[method-assign]
+    cleaning = asyncio.ensure_future(handle.force_cleanup())
+    await asked
+    processes["r0"].up = False
+    await until(lambda: pool.status().lost == 1, "the loss to be noticed")
+    answer.set_result(CLEANUP_FAILED)  # the dead server's refusal: nothing proven about the run
+    assert await asyncio.wait_for(cleaning, SAFETY_S) == CLEANUP_UNVERIFIED
 
 
 async def test_a_run_that_fails_on_a_healthy_replica_keeps_its_own_error(closing: Any) -> None:

@@ -157,6 +157,8 @@ class PooledRun:
         result = await step()
         if result.confirmed:
             self._pool.forget(self._rollout_id)
+        elif self._replica.lost_event.is_set():
+            return CLEANUP_UNVERIFIED  # lost while it was asked: its failure says nothing about the run
         return result
 
     async def abort(self) -> CleanupResult:
@@ -360,15 +362,22 @@ class ReplicaPool:
         )
 
     async def confirm_lost(self, replica: _Replica) -> bool:
-        """After a failed call: is its replica dead? Asks the processes, giving a dying one a moment."""
-        for _ in range(10):
+        """After a failed call: is its replica dead? No as soon as all its servers answer GET / (the
+        failure was the run's own); yes once its process is reported gone. A replica whose servers are
+        silent is waited for: how long its host takes to report a dead node is the cluster's business
+        (Ray's health checks take seconds), and the unresponsive watch bounds it anyway."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._unresponsive_s + self._probe_interval_s
+        while not self._closing:
             if replica.lost:
                 return True
             if not replica.handle.alive():
                 self._lose(replica, "its process exited")
                 return True
+            if await self._answers(replica) or loop.time() > give_up:
+                return replica.lost
             await asyncio.sleep(self._probe_interval_s / 5)
-        return False
+        return replica.lost
 
     async def _watch_processes(self) -> None:
         """Cheap and certain: a replica whose process has exited is lost at once."""
