@@ -241,9 +241,16 @@ def build_parser() -> argparse.ArgumentParser:
     mix.add_argument("--seed", type=int, help="shuffle seed (same seed, same file; default 20260829)")
     mix.set_defaults(run=_mix)
     probe = commands.add_parser(
-        "probe", help="score an environment's verifier probes with its real verifier (exit 1 on a mismatch)"
+        "probe",
+        help="score environments' verifier probes with their real servers (exit 1 on a mismatch or when "
+        "nothing could be scored)",
     )
-    probe.add_argument("environment", metavar="ENV", help="registered environment (see `relax-gym plugins`)")
+    probe.add_argument(
+        "environment",
+        metavar="ENV",
+        nargs="+",
+        help="registered environment(s) (see `relax-gym plugins`); several start in one server set",
+    )
     probe.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     probe.add_argument(
         "--verifier-url",

@@ -86,6 +86,7 @@ def test_plugins_json_lists_the_distribution_and_its_environments(cli: Any, site
                         "name": "fake_env",
                         "configs": ["default", "hard"],
                         "agent": "simple_agent",
+                        "needs": [],
                         "description": "math with a judge",
                     }
                 ],
@@ -100,12 +101,13 @@ def test_plugins_table_is_readable_and_omits_the_builtin_reference(cli: Any, sit
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["PLUGIN", "DISTRIBUTION", "VERSION", "MODULE"]
     assert lines[1].split()[:3] == ["fake", "relax-gym-fake", "1.2.3"]
-    assert lines[3].split() == ["ENVIRONMENT", "PLUGIN", "CONFIGS", "AGENT", "DESCRIPTION"]
+    assert lines[3].split() == ["ENVIRONMENT", "PLUGIN", "CONFIGS", "AGENT", "NEEDS", "DESCRIPTION"]
     assert lines[4].split() == [
         "fake_env",
         "fake",
         "default,hard",
         "simple_agent",
+        "-",  # nothing beyond the NeMo Gym environment and a text policy
         "math",
         "with",
         "a",

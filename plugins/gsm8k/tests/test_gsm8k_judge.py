@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import servers_of
+from relax_gym_core.plugin import JudgeEndpoint
 from relax_gym_core.testing import plugin_hooks
 from relax_gym_core.testing.web import run_cli
 
@@ -17,7 +18,6 @@ from relax_gym_gsm8k.judge import (
     MODEL_VAR,
     URL_VAR,
     VERIFY_TIMEOUT_VAR,
-    JudgeSettings,
     judge_settings,
     refuse_judge_through_bridge,
     verify_timeout_s,
@@ -38,7 +38,9 @@ def test_the_judge_is_off_by_default() -> None:
 
 def test_naming_an_endpoint_turns_it_on_for_both_environments() -> None:
     settings = judge_settings({**JUDGE, URL_VAR: " http://judge.internal:8000/v1/ "})
-    assert settings == JudgeSettings(base_url="http://judge.internal:8000/v1", model="judge-model")
+    assert settings == JudgeEndpoint(
+        base_url="http://judge.internal:8000/v1", model="judge-model", api_key_variable=API_KEY_VAR
+    )
     for definition in plugin.definitions(settings):
         servers = {server.name: server for server in definition.servers}
         resources = servers[definition.servers[0].name]

@@ -27,7 +27,7 @@ def describe_plugins(hooks: Hooks) -> dict[str, Any]:
     """The installed plugins and the environments each registers, as one JSON-ready document.
 
     Keys are fixed: {"plugins": [{"name", "distribution", "version", "module", "environments":
-    [{"name", "configs", "agent", "description"}]}]}. The built-in reference implementations are part
+    [{"name", "configs", "agent", "needs", "description"}]}]}. The built-in reference implementations are part
     of the core, not a plugin, and are not listed. plugins() adds "nemo_gym" (describe_nemo_gym()).
     """
     registry = hooks.environments
@@ -38,6 +38,7 @@ def describe_plugins(hooks: Hooks) -> dict[str, Any]:
                 "name": definition.name,
                 "configs": list(definition.configs),
                 "agent": definition.agent,
+                "needs": list(definition.needs),
                 "description": definition.description,
             }
         )
@@ -79,13 +80,14 @@ def format_plugins(document: dict[str, Any]) -> str:
         lines.append("No environments registered.")
         return "\n".join([*lines, *tail])
     lines += _table(
-        ("ENVIRONMENT", "PLUGIN", "CONFIGS", "AGENT", "DESCRIPTION"),
+        ("ENVIRONMENT", "PLUGIN", "CONFIGS", "AGENT", "NEEDS", "DESCRIPTION"),
         [
             (
                 env["name"],
                 plugin,
                 ",".join(env["configs"]),
                 env["agent"],
+                "; ".join(env["needs"]) or "-",
                 " ".join(env["description"].split()),
             )
             for env, plugin in environments

@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from relax_gym_core.plugin.environment import EnvironmentDefinition
+from relax_gym_core.plugin.environment import EnvironmentDefinition, startable
 from relax_gym_core.plugin.servers import POLICY_MODEL, NemoGymServer
 
 
 def servers_of(definitions: Iterable[EnvironmentDefinition]) -> list[NemoGymServer]:
-    """Every server the environments need, once (environments may share a resources server)."""
+    """Every server the environments need, once (environments may share a resources server); a
+    ConfigError first if one of them cannot start here (EnvironmentDefinition.unavailable)."""
+    definitions = list(definitions)
+    startable(definitions)
     seen: dict[str, NemoGymServer] = {}
     for definition in definitions:
         for server in definition.servers:

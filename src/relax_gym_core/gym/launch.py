@@ -26,7 +26,7 @@ def _upstream_on_path(package: str) -> None:
         sys.path.insert(0, locations[0])
 
 
-def _server_class(spec: str) -> Any:
+def server_class(spec: str) -> Any:
     """The class a server runs, or SystemExit with one line naming it and why (`relax-gym up` and `probe`
     show the server's last lines: a wrong server_class is a plugin's mistake, not a traceback)."""
     module_name, _, class_name = spec.partition(":")
@@ -39,7 +39,13 @@ def _server_class(spec: str) -> Any:
             f"server class {spec}: module {module_name} cannot be imported in the NeMo Gym environment "
             f"({type(exc).__name__}: {exc})"
         ) from None
-    found = getattr(module, class_name, None)
+    try:  # a module may build its classes on first use (a module __getattr__) and need more imports then
+        found = getattr(module, class_name, None)
+    except ImportError as exc:
+        raise SystemExit(
+            f"server class {spec}: {class_name} cannot be loaded in the NeMo Gym environment "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
     if not isinstance(found, type):
         raise SystemExit(f"server class {spec}: {module_name} has no class {class_name}")
     return found
@@ -78,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.upstream:
         _upstream_on_path(args.upstream)
-    serve(_server_class(args.server_class), log_level=args.log_level)
+    serve(server_class(args.server_class), log_level=args.log_level)
 
 
 if __name__ == "__main__":

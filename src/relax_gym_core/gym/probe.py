@@ -1,31 +1,39 @@
-"""Verifier probes scored by an environment's real verifier (what `relax-gym probe ENV` runs).
+"""Verifier probes scored by an environment's real servers (what `relax-gym probe ENV...` runs).
 
-Starts only the resources server the environment's agent uses (in the NeMo Gym environment, no Ray), or uses
-one already running (--verifier-url), posts each probe's known output to its `/verify`, and compares the
-reward with the one the probe expects. It is how an operator checks an installation or a deployment, and how
-a plugin author checks probes, before any trial runs. A server started here has its model server at a port
-nobody listens on: a verifier that needs a model (an LLM judge) fails loudly instead of calling anything.
+A probe with a known output is posted to the resources server's `/verify`; a replay probe (a recorded
+trajectory) is one `/run` of the environment's real agent, whose model calls a replay server answers with
+the recorded model turns, so the tool outputs and observations come live from the servers. Either way the
+reward must be the one the probe expects. The servers of every environment probed start once, together
+(in the NeMo Gym environment, no Ray), or a resources server already running is used (--verifier-url). It
+is how an operator checks an installation or a deployment, and how a plugin author checks probes, before
+any trial runs. The replay server answers only the probes' own rollouts: a verifier that needs a model (an
+LLM judge) fails loudly instead of calling anything.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
-from attrs import frozen
+from attrs import evolve, frozen
 
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.gym.processes import free_ports, run_gym_servers
+from relax_gym_core.gym.processes import run_gym_servers
 from relax_gym_core.plugin import (
     EnvironmentDefinition,
     Hooks,
     NemoGymServer,
     VerifierProbe,
+    converted_row,
+    startable,
     verify_body,
 )
+from relax_gym_core.protocol import ROLLOUT_TAG, Generation
 
 VERIFY_TIMEOUT_S = 120.0
 
@@ -36,10 +44,15 @@ class ProbeOutcome:
     expected: float
     reward: float | None  # None when the verifier gave no usable answer
     error: str | None = None
+    skipped: str | None = None  # why it was not scored (never counted as passing)
 
     @property
     def ok(self) -> bool:
-        return self.reward is not None and math.isclose(self.reward, self.expected, abs_tol=1e-9)
+        return (
+            self.skipped is None
+            and self.reward is not None
+            and math.isclose(self.reward, self.expected, abs_tol=1e-9)
+        )
 
 
 def resources_server(definition: EnvironmentDefinition) -> NemoGymServer:
@@ -82,21 +95,172 @@ def score(probe: VerifierProbe, post: Callable[[dict[str, Any]], httpx.Response]
 def run_probes(
     hooks: Hooks, environment: str, *, python: str | None = None, verifier_url: str | None = None
 ) -> list[ProbeOutcome]:
-    """Score every verifier probe of `environment` with its real resources server: one started here, or
-    the one already running at `verifier_url` (a deployment's, checked without starting anything)."""
-    definition = hooks.environments.get(environment)  # names what is installed when unknown
+    """Score every verifier probe of `environment` with its real servers: one started here, or the
+    resources server already running at `verifier_url` (a deployment's, checked without starting
+    anything; a replay probe needs the agent, so it is skipped there)."""
+    return probe_environments(hooks, [environment], python=python, verifier_url=verifier_url)[environment]
+
+
+def probe_environments(
+    hooks: Hooks,
+    environments: Sequence[str],
+    *,
+    python: str | None = None,
+    verifier_url: str | None = None,
+) -> dict[str, list[ProbeOutcome]]:
+    """The probes of several environments in one server set: each one's resources server (for probes
+    posted to /verify) and, for replays, its agent with a replay model server; one start for them all."""
+    definitions = [hooks.environments.get(name) for name in dict.fromkeys(environments)]
+    plans = {definition.name: _plan(definition) for definition in definitions}
+    if verifier_url is None:
+        startable(d for d in definitions if plans[d.name].replays or plans[d.name].verified)
+    if verifier_url is not None:
+        if len(definitions) != 1:
+            raise ConfigError("--verifier-url names one resources server: probe one environment with it")
+        (plan,) = plans.values()
+        url = _checked_url(verifier_url)
+        unreachable = "a replay needs the agent, not --verifier-url"
+        plan.outcomes |= {probe.name: _skipped(probe, unreachable) for probe in plan.replays}
+        plan.outcomes |= {outcome.name: outcome for outcome in _score_all(plan.verified, url)}
+        return {name: plan.ordered() for name, plan in plans.items()}
+    servers = _server_set([(d, plans[d.name]) for d in definitions])
+    if servers:
+        _replay_and_verify(definitions, plans, servers, python)
+    return {name: plan.ordered() for name, plan in plans.items()}
+
+
+class _Plan:
+    """One environment's probes, split by how each is scored, and their outcomes as they come in."""
+
+    def __init__(self, probes: Sequence[VerifierProbe]) -> None:
+        self.probes = list(probes)
+        self.outcomes = {p.name: _skipped(p, p.skip) for p in self.probes if p.skip is not None}
+        self.replays = [p for p in self.probes if p.replay and p.skip is None]
+        self.verified = [p for p in self.probes if not p.replay and p.skip is None]
+
+    def ordered(self) -> list[ProbeOutcome]:
+        return [self.outcomes[probe.name] for probe in self.probes]
+
+
+def _plan(definition: EnvironmentDefinition) -> _Plan:
     probes = list(definition.verifier_probes())
     if not probes:
-        raise ConfigError(f"environment {environment!r} has no verifier probes (its plugin returns none)")
-    if verifier_url is not None:
-        return _score_all(probes, _checked_url(verifier_url))
-    server = resources_server(definition)
-    (unused_port,) = free_ports(1, "127.0.0.1")
-    print(f"starting NeMo Gym server {server.name} for {len(probes)} probe(s)", file=sys.stderr, flush=True)  # noqa: T201
-    with run_gym_servers(
-        [server], gateway_host="127.0.0.1", gateway_port=unused_port, python=python
-    ) as running:
-        return _score_all(probes, running[server.name].url)
+        raise ConfigError(f"environment {definition.name!r} has no verifier probes (its plugin returns none)")
+    names = [probe.name for probe in probes]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"environment {definition.name!r}: two verifier probes share a name")
+    return _Plan(probes)
+
+
+def _server_set(planned: Sequence[tuple[EnvironmentDefinition, _Plan]]) -> list[NemoGymServer]:
+    """Every server the probes need, once: the agent's whole set for replays, else the resources server."""
+    chosen: dict[str, NemoGymServer] = {}
+    for definition, plan in planned:
+        needed = list(definition.servers) if plan.replays else [resources_server(definition)]
+        if not plan.replays and not plan.verified:
+            needed = []
+        for server in needed:
+            if chosen.setdefault(server.name, server) != server:
+                raise ConfigError(
+                    f"environments probed together both define NeMo Gym server {server.name!r} "
+                    "differently: probe them one at a time"
+                )
+    return list(chosen.values())
+
+
+def _status(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)  # noqa: T201 - progress for the operator, not data
+
+
+def _skipped(probe: VerifierProbe, reason: str) -> ProbeOutcome:
+    return ProbeOutcome(name=probe.name, expected=probe.expected_reward, reward=None, skipped=reason)
+
+
+def _replay_and_verify(
+    definitions: Sequence[EnvironmentDefinition],
+    plans: Mapping[str, _Plan],
+    servers: Sequence[NemoGymServer],
+    python: str | None,
+) -> None:
+    """Start the servers with a replay model server as their policy model, then score every probe: a
+    replay is one /run of the agent (the recorded model turns answered in order by rollout id, the tool
+    outputs live), a verified probe one /verify of the resources server."""
+    from relax_gym_core.policies.replay import ReplayPlan, replay_app, rollout_of  # noqa: PLC0415
+    from relax_gym_core.policies.threaded import ThreadedServer  # noqa: PLC0415 - the web stack
+
+    recorded: dict[str, ReplayPlan] = {}
+    divergences: dict[str, str] = {}
+    runs: list[tuple[EnvironmentDefinition, VerifierProbe, str]] = []
+    for definition in definitions:
+        for probe in plans[definition.name].replays:
+            rollout_id = f"{len(runs)}-0"
+            recorded[rollout_id] = ReplayPlan.of(probe)
+            runs.append((definition, probe, rollout_id))
+
+    def lookup(path: str, body: Mapping[str, Any]) -> ReplayPlan | None:
+        return recorded.get(rollout_of(path, body) or "")
+
+    model = ThreadedServer(replay_app(lookup, divergences))
+    model.start()
+    try:
+        port = httpx.URL(model.url).port or 0
+        count = sum(len(plan.replays) + len(plan.verified) for plan in plans.values())
+        _status(f"starting {len(servers)} NeMo Gym server(s) for {count} probe(s)")
+        with (
+            run_gym_servers(servers, gateway_host="127.0.0.1", gateway_port=port, python=python) as running,
+            httpx.Client(trust_env=False, timeout=VERIFY_TIMEOUT_S) as client,
+        ):
+            for definition, probe, rollout_id in runs:
+                run = functools.partial(_post, client, f"{running[definition.agent].url}/run")
+                outcome = _replayed(definition, probe, rollout_id, run)
+                if outcome.error is not None and rollout_id in divergences:
+                    outcome = evolve(outcome, error=divergences[rollout_id])
+                plans[definition.name].outcomes[probe.name] = outcome
+            for definition in definitions:
+                verified = plans[definition.name].verified
+                url = f"{running[resources_server(definition).name].url}/verify" if verified else ""
+                for probe in verified:
+                    outcome = score(probe, functools.partial(_post, client, url))
+                    plans[definition.name].outcomes[probe.name] = outcome
+    finally:
+        model.stop()
+
+
+def _post(client: httpx.Client, url: str, body: dict[str, Any]) -> httpx.Response:
+    return client.post(url, json=body)
+
+
+def _replayed(
+    definition: EnvironmentDefinition,
+    probe: VerifierProbe,
+    rollout_id: str,
+    post: Callable[[dict[str, Any]], httpx.Response],
+) -> ProbeOutcome:
+    """One replay: the probe's row as a trial's /run body (converted as Relax sends it, tagged with the
+    rollout id as the gateway tags it); the agent's reward must be the recorded one."""
+
+    def outcome(reward: float | None, error: str | None = None) -> ProbeOutcome:
+        return ProbeOutcome(name=probe.name, expected=probe.expected_reward, reward=reward, error=error)
+
+    converted = converted_row(definition, copy.deepcopy(dict(probe.row)))
+    task = {"messages": converted["input"], "metadata": converted["metadata"]}
+    body = definition.build_run_body(task, Generation(), rollout_id)
+    params = body["responses_create_params"]
+    metadata = params.get("metadata")
+    params["metadata"] = {**(metadata if isinstance(metadata, dict) else {}), ROLLOUT_TAG: rollout_id}
+    try:
+        answer = post(body)
+    except httpx.HTTPError as exc:
+        return outcome(None, f"/run failed ({type(exc).__name__})")
+    if answer.status_code != 200:
+        return outcome(None, f"/run answered HTTP {answer.status_code}")
+    try:
+        reward = answer.json().get("reward")
+    except (ValueError, AttributeError):
+        reward = None
+    if isinstance(reward, bool) or not isinstance(reward, int | float):
+        return outcome(None, "/run gave no numeric reward")
+    return outcome(float(reward))
 
 
 def _checked_url(url: str) -> str:

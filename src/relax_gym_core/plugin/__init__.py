@@ -36,8 +36,10 @@ from relax_gym_core.plugin.environment import (
     EnvKey,
     converted_row,
     reference_environment,
+    startable,
 )
 from relax_gym_core.plugin.hookspecs import hookimpl
+from relax_gym_core.plugin.judge import JudgeEndpoint, JudgeVariables, judge_endpoint
 from relax_gym_core.plugin.manager import Hooks, PluginInfo, make_plugin_manager
 from relax_gym_core.plugin.probes import VerifierProbe, answer, function_call, message, verify_body
 from relax_gym_core.plugin.registry import EnvironmentRegistrar, EnvironmentRegistry, RuntimeRegistrar
@@ -63,6 +65,8 @@ __all__ = [
     "EnvironmentRegistrar",
     "EnvironmentRegistry",
     "Hooks",
+    "JudgeEndpoint",
+    "JudgeVariables",
     "NemoGymServer",
     "PluginError",
     "PluginInfo",
@@ -77,11 +81,13 @@ __all__ = [
     "converted_row",
     "function_call",
     "hookimpl",
+    "judge_endpoint",
     "make_plugin_manager",
     "message",
     "reference",
     "reference_environment",
     "resources_server",
     "simple_agent",
+    "startable",
     "verify_body",
 ]

@@ -8,12 +8,12 @@ object up once per (environment, config) and calls it on every trial: no hook ru
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from attrs import frozen
 
-from relax_gym_core.errors import PluginError
+from relax_gym_core.errors import ConfigError, PluginError
 from relax_gym_core.plugin import reference
 from relax_gym_core.plugin.cleanup import STATELESS, CleanupContract
 from relax_gym_core.plugin.probes import VerifierProbe
@@ -71,6 +71,9 @@ class EnvironmentDefinition:
     servers: tuple[NemoGymServer, ...]
     cleanup: CleanupContract  # how a run is released and proven released (STATELESS: nothing outlives it)
     description: str = ""
+    # What it needs beyond the NeMo Gym environment and a text policy (a vision policy, a pip package, a
+    # sandbox...), one short phrase each: `relax-gym plugins` lists them.
+    needs: tuple[str, ...] = ()
     # Admission limits; their defaults are Admission's (the reference's), the one source of them.
     interrupt_policy: InterruptPolicy = _ADMISSION.interrupt_policy
     max_deadline_s: float = _ADMISSION.max_deadline_s
@@ -123,6 +126,20 @@ class EnvironmentDefinition:
     def verifier_probes(self) -> Sequence[VerifierProbe]:
         """Known outputs for real rows and the reward the real verifier must give each (see probes.py)."""
         return ()
+
+    def unavailable(self) -> str | None:
+        """What this machine or its configuration lacks to start the environment's servers (one line,
+        e.g. an LLM judge endpoint no variable names), or None. `relax-gym up`, `probe` and `rollout`
+        refuse to start it with that line (exit 2); `relax-gym plugins` still lists it."""
+        return None
+
+
+def startable(definitions: Iterable[EnvironmentDefinition]) -> None:
+    """ConfigError naming the first environment that cannot start here, and what it lacks."""
+    for definition in definitions:
+        problem = definition.unavailable()
+        if problem is not None:
+            raise ConfigError(f"environment {definition.name!r} cannot start here: {problem}")
 
 
 def reference_environment(name: str) -> EnvironmentDefinition:

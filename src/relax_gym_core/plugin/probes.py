@@ -23,12 +23,20 @@ class VerifierProbe:
 
     `row` is a raw NeMo Gym row; `output` is the list of Responses output items an agent would produce
     (function calls and messages). Probes are data, so they also drive oracle policies and reports.
+
+    A `replay` probe is a recorded trajectory (NeMo Gym's example_rollouts.jsonl): its model turns (the
+    output split at tool outputs and observations, which come live from the servers) are replayed
+    through the environment's real agent loop, and the agent's /run must answer `expected_reward`.
+    A probe with a `skip` reason (a row recorded on a task not shipped, an unseeded game...) is reported
+    as skipped with it, never scored and never counted as passing.
     """
 
     name: str
     row: Mapping[str, Any]
     output: tuple[OutputItem, ...]
     expected_reward: float
+    replay: bool = False
+    skip: str | None = None
 
 
 def message(text: str, tag: str = "0") -> dict[str, Any]:

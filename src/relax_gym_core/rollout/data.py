@@ -23,6 +23,7 @@ from relax_gym_core.plugin.environment import relax_row_problem
 ECHO = "echo"  # the built-in environment: no plugin registers it, every gateway can serve it
 
 ROUTE_KEYS = ("environment", "config")  # the metadata keys the thin client routes a row by
+MIX_TAGS = (*ROUTE_KEYS, "data_source")  # what `relax-gym mix` adds to a row's metadata
 
 
 @frozen
@@ -44,6 +45,13 @@ class DataRow:
 
 
 type ConfigOf = Callable[[str, str | None], str]  # (environment, asked config) -> config, or an error
+
+
+def task_identity(messages: Any, metadata: Any) -> str:
+    """Which task a row is, whether `relax-gym mix` tagged it or not: its prompt and its metadata without
+    the mix's tags (canonical JSON)."""
+    rest = {k: v for k, v in metadata.items() if k not in MIX_TAGS} if isinstance(metadata, dict) else {}
+    return json.dumps([messages, rest], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def row_digest(row: dict[str, Any]) -> str:
@@ -152,12 +160,15 @@ def example_rows(hooks: Hooks, environment: str) -> list[dict[str, Any]]:
     """A plugin's bundled example rows as Relax rows tagged with their route (as `relax-gym mix` tags them).
 
     There is no hook for example rows: the rows of the environment's verifier probes are the examples
-    every plugin already ships (and the oracle policy knows how to solve them), each taken once.
+    every plugin already ships (and the oracle policy knows how to solve them), each taken once; a skipped
+    probe's row (one that cannot be replayed here) is not one.
     """
     definition = hooks.environments.get(environment)
     seen: set[str] = set()
     rows: list[dict[str, Any]] = []
     for probe in definition.verifier_probes():
+        if probe.skip is not None:
+            continue
         raw = dict(probe.row)
         key = row_digest(raw)
         if key in seen:

@@ -165,11 +165,13 @@ def _prepare(options: RolloutOptions, hooks: Hooks) -> _Prepared:
 
 
 def _policy(
-    options: RolloutOptions, hooks: Hooks, environments: set[str], stack: contextlib.ExitStack
+    options: RolloutOptions, hooks: Hooks, rows: list[DataRow], stack: contextlib.ExitStack
 ) -> Policy:
     spec = parse_policy(options.policy)
     if isinstance(spec, OracleSpec):
-        return stack.enter_context(oracle_policy(hooks, environments, spec, options.seed))
+        environments = {row.route.environment for row in rows}
+        tasks = {row.line: row.task for row in rows}
+        return stack.enter_context(oracle_policy(hooks, environments, spec, options.seed, tasks))
     key = read_key(options.api_key_env)
     return check_policy(spec, model=options.model, key=key, key_variable=options.api_key_env)
 
@@ -226,7 +228,7 @@ def rollout(options: RolloutOptions) -> int:
     environments = {row.route.environment for row in rows}
     gateway_url = check_gateway(options.gateway) if options.gateway else None
     with contextlib.ExitStack() as stack:
-        policy = _policy(options, hooks, environments, stack)
+        policy = _policy(options, hooks, rows, stack)
         if prepared.held is not None:
             check_same_run(out, prepared.held, policy=policy.label, model=policy.model)
         watch: TrialWatch | None = None

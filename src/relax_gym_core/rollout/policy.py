@@ -9,18 +9,21 @@ never printed or written.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
+import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 import httpx
 from attrs import field, frozen
 
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.plugin import Hooks
+from relax_gym_core.plugin import Hooks, converted_row
 from relax_gym_core.protocol import ModelEndpoint
 from relax_gym_core.protocol.types import split_http_url
+from relax_gym_core.rollout.data import task_identity
 
 ORACLE = "oracle"
 ORACLE_MODEL = "oracle"
@@ -157,13 +160,31 @@ def oracle_token(seed: int, bad_rate: float, line: int, repeat: int) -> str:
     return f"{_BAD if draw < bad_rate else _GOOD}-{line}-{repeat}"
 
 
+def oracle_line(token: str | None) -> int | None:
+    """The data line an oracle trial's key names (oracle_token), else None."""
+    prefix = _GOOD + "-"
+    if token is None or not token.startswith(prefix):
+        return None
+    line, _, _repeat = token.removeprefix(prefix).partition("-")
+    return int(line) if line.isdigit() else None
+
+
 @contextlib.contextmanager
-def oracle_policy(hooks: Hooks, environments: Iterable[str], spec: OracleSpec, seed: int) -> Iterator[Policy]:
+def oracle_policy(
+    hooks: Hooks,
+    environments: Iterable[str],
+    spec: OracleSpec,
+    seed: int,
+    tasks: Mapping[int, dict[str, Any]] | None = None,
+) -> Iterator[Policy]:
     """A real policy server in this process that answers each known row with its probe's known-good output
-    (or, for trials drawn bad, a known-bad one): a whole rollout runs without any model."""
+    (or, for trials drawn bad, a known-bad one): a whole rollout runs without any model. A row with a
+    recorded trajectory (a replay probe) is answered with the recorded model turns, whatever its reward:
+    `tasks` (the rollout's tasks by data line) tells which row a trial is, by the line its key names."""
     try:  # the web stack only for the oracle
         from relax_gym_core.policies.oracle import OracleScript  # noqa: PLC0415
-        from relax_gym_core.policies.replies import RecordedRequest, ScriptedReply  # noqa: PLC0415
+        from relax_gym_core.policies.replay import ReplayPlan  # noqa: PLC0415
+        from relax_gym_core.policies.replies import RawReply, RecordedRequest, ScriptedReply  # noqa: PLC0415
         from relax_gym_core.policies.server import ScriptedPolicy  # noqa: PLC0415
     except ImportError as exc:
         raise ConfigError(
@@ -171,11 +192,32 @@ def oracle_policy(hooks: Hooks, environments: Iterable[str], spec: OracleSpec, s
         ) from None
 
     known = [hooks.environments.lookup(name) for name in sorted(set(environments))]
-    probes = [probe for environment in known for probe in environment.verifier_probes()]
-    good, bad = OracleScript(probes, reward=1.0), OracleScript(probes, reward=0.0)
+    scored = [(d, probe) for d in known for probe in d.verifier_probes() if probe.skip is None]
+    scripted = [probe for _, probe in scored if not probe.replay]
+    good, bad = OracleScript(scripted, reward=1.0), OracleScript(scripted, reward=0.0)
+    recorded: dict[str, ReplayPlan] = {}
+    for definition, probe in scored:
+        if probe.replay:
+            converted = converted_row(definition, copy.deepcopy(dict(probe.row)))
+            recorded.setdefault(
+                task_identity(converted["input"], converted["metadata"]), ReplayPlan.of(probe)
+            )
+    by_line = {
+        line: plan
+        for line, task in (tasks or {}).items()
+        if (plan := recorded.get(task_identity(task.get("messages"), task.get("metadata")))) is not None
+    }
 
-    def answer(request: RecordedRequest) -> ScriptedReply:
-        return (bad if (request.bearer or "").startswith(_BAD) else good)(request)
+    def answer(request: RecordedRequest) -> ScriptedReply | RawReply:
+        if (request.bearer or "").startswith(_BAD):
+            return bad(request)
+        plan = by_line.get(oracle_line(request.bearer) or -1)
+        body = request.body if isinstance(request.body, dict) else {}
+        if plan is not None and request.resource == "responses":
+            reply = plan.reply(body)
+            if reply is not None:
+                return RawReply(status=200, body=json.dumps(reply).encode())
+        return good(request)
 
     with ScriptedPolicy(answer, model_name=ORACLE_MODEL) as server:
         label = f"{ORACLE}:{spec.bad_rate:g} seed {seed}"

@@ -396,10 +396,12 @@ def check_probes(hooks: Hooks, environment: str, verify: Verify, *, require_cont
     `verify(row, output) -> float` is supplied by the plugin's test and must call the real verifier
     (a running resources server), not a copy of its logic. Probe rows must also convert. With
     `require_contrast`, the probes must expect at least two different rewards, so a verifier that
-    always answers the same number cannot pass.
+    always answers the same number cannot pass. A replay probe needs the environment's agent, not only
+    its verifier (relax_gym_core.gym.probe replays it), and a skipped one is never scored: neither is
+    checked here.
     """
     definition = hooks.environments.get(environment)
-    probes = list(definition.verifier_probes())
+    probes = [p for p in definition.verifier_probes() if not p.replay and p.skip is None]
     if not probes:
         raise ConformanceError(f"environment {environment!r} declares no verifier probes (verifier_probes)")
     problems: list[str] = []

@@ -29,12 +29,9 @@ import math
 import os
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
-from attrs import frozen
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.plugin import POLICY_MODEL, NemoGymServer
-from relax_gym_core.protocol import BRIDGE_PREFIX
+from relax_gym_core.plugin import POLICY_MODEL, JudgeEndpoint, JudgeVariables, judge_endpoint
 
 URL_VAR = "RELAX_GYM_MATH_JUDGE_URL"
 MODEL_VAR = "RELAX_GYM_MATH_JUDGE_MODEL"
@@ -43,68 +40,19 @@ VERIFY_TIMEOUT_VAR = "RELAX_GYM_MATH_VERIFY_TIMEOUT_S"
 JUDGE_SERVER = "math_judge_model"  # never POLICY_MODEL: that is the gateway under relax-gym
 
 
-@frozen(kw_only=True)
-class JudgeSettings:
-    base_url: str
-    model: str
-
-    def server(self) -> NemoGymServer:
-        """The judge's own NeMo Gym model server, pointed at the operator's endpoint."""
-        return NemoGymServer(
-            name=JUDGE_SERVER,
-            kind="responses_api_models",
-            implementation="openai_model",
-            server_class="responses_api_models.openai_model.app:SimpleModelServer",
-            config={
-                "openai_base_url": self.base_url,
-                # Resolved by OmegaConf inside the judge's process, so the key never enters the
-                # environment definition (which relax-gym may print or log).
-                "openai_api_key": f"${{oc.env:{API_KEY_VAR},EMPTY}}",
-                "openai_model": self.model,
-            },
-        )
+VARIABLES = JudgeVariables(url=URL_VAR, model=MODEL_VAR, api_key=API_KEY_VAR)
 
 
 def _refuse(message: str) -> ConfigError:
     return ConfigError(f"math judge: {message} (leave {URL_VAR} unset to keep the judge off)")
 
 
-def _checked_url(raw: str) -> str:
-    url = raw.strip()
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        raise _refuse(f"{URL_VAR} is not a URL ({exc})") from None
-    if "@" in parts.netloc:  # checked first: no message below may echo a password
-        raise _refuse(f"{URL_VAR} must not carry credentials in the URL; use {API_KEY_VAR}")
-    try:
-        _ = parts.port  # a bad port raises ValueError only when read
-    except ValueError as exc:
-        raise _refuse(f"{URL_VAR}={raw!r} is not a URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _refuse(f"{URL_VAR}={raw!r} must be an http(s) URL with a host, e.g. http://judge:8000/v1")
-    if parts.query or parts.fragment:
-        raise _refuse(f"{URL_VAR}={raw!r} must be a base URL without query or fragment")
-    if BRIDGE_PREFIX in parts.path:  # the gateway's per-trial model-call prefix
-        raise _refuse(
-            f"{URL_VAR}={raw!r} is a trial's model-call route on the relax-gym gateway: the judge's "
-            "calls would be recorded as the policy's own turns. Name the judge's own endpoint"
-        )
-    return url.rstrip("/")
-
-
-def judge_settings(environ: Mapping[str, str] = os.environ) -> JudgeSettings | None:
+def judge_settings(environ: Mapping[str, str] = os.environ) -> JudgeEndpoint | None:
     """The judge the operator configured, None when it is off; ConfigError for a refused configuration."""
-    raw_url = environ.get(URL_VAR, "")
-    model = environ.get(MODEL_VAR, "").strip()
-    if not raw_url.strip():  # unset, or set to nothing (`RELAX_GYM_MATH_JUDGE_URL= relax-gym up ...`)
-        if model:
-            raise _refuse(f"{MODEL_VAR} is set but {URL_VAR} is not: name the judge's endpoint too")
-        return None
-    url = _checked_url(raw_url)
-    if not model:
-        raise _refuse(f"{URL_VAR} is set but {MODEL_VAR} is not: name the judge's model")
-    return JudgeSettings(base_url=url, model=model)
+    try:
+        return judge_endpoint(VARIABLES, environ)
+    except ConfigError as exc:
+        raise _refuse(str(exc)) from None
 
 
 def verify_timeout_s(environ: Mapping[str, str] = os.environ) -> float | None:
@@ -125,7 +73,7 @@ def verify_timeout_s(environ: Mapping[str, str] = os.environ) -> float | None:
     return seconds
 
 
-def resources_config(judge: JudgeSettings | None, *, verify_timeout: float | None = None) -> dict[str, Any]:
+def resources_config(judge: JudgeEndpoint | None, *, verify_timeout: float | None = None) -> dict[str, Any]:
     """The math_with_judge resources server's config (upstream's math_with_judge.yaml fields)."""
     config: dict[str, Any] = {
         "domain": "math",

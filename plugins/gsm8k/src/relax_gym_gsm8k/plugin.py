@@ -22,6 +22,7 @@ from relax_gym_core.plugin import (
     STATELESS,
     EnvironmentDefinition,
     EnvironmentRegistrar,
+    JudgeEndpoint,
     NemoGymServer,
     RunResult,
     VerifierProbe,
@@ -34,7 +35,7 @@ from relax_gym_core.protocol import Generation
 
 from relax_gym_gsm8k import probes, rows
 from relax_gym_gsm8k.answers import is_number_text
-from relax_gym_gsm8k.judge import JudgeSettings, judge_settings, resources_config, verify_timeout_s
+from relax_gym_gsm8k.judge import JUDGE_SERVER, judge_settings, resources_config, verify_timeout_s
 
 GSM8K = "gsm8k"
 MATH = "math_with_judge"
@@ -115,11 +116,11 @@ class Gsm8k(MathWithJudge):
 
 
 def definitions(
-    judge: JudgeSettings | None = None, verify_timeout: float | None = None
+    judge: JudgeEndpoint | None = None, verify_timeout: float | None = None
 ) -> tuple[MathWithJudge, ...]:
     """Both environments; with a judge, each resources server calls the judge's own model server;
     `verify_timeout` bounds one math-verify check (None: upstream's default)."""
-    extra = (judge.server(),) if judge is not None else ()
+    extra = (judge.server(JUDGE_SERVER),) if judge is not None else ()
 
     def servers(resources: str, agent: str) -> tuple[NemoGymServer, ...]:
         return (

@@ -148,6 +148,7 @@ R2E_GYM = R2EGym(
         "str_replace in a bubblewrap sandbox; reward 1.0 when the hidden tests pass, 0.1 for a patch "
         "that does not, 0.0 for none."
     ),
+    needs=("unprivileged user namespaces for bubblewrap", "git on the servers' host"),
     interrupt_policy=InterruptPolicy.PROTECTED,
     max_deadline_s=7200.0,
     max_concurrency=8,

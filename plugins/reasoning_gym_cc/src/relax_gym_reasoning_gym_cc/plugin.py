@@ -136,6 +136,7 @@ REASONING_GYM = ReasoningGym(
         + claude.report()
         + (f"; UNSANDBOXED ({UNSANDBOXED_ENV}=1)" if unsandboxed_requested() else "")
     ),
+    needs=("the Claude Code CLI (make gym installs it)", "unprivileged user namespaces for bubblewrap"),
     interrupt_policy=InterruptPolicy.PROTECTED,
     max_deadline_s=900.0,
     max_concurrency=MAX_CONCURRENCY,
