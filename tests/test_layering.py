@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "observe": BASE | {"protocol"},
     "trials": BASE | {"protocol", "observe", "plugin"},
     "runtimes": BASE | {"protocol", "observe", "plugin"},
-    "gym": BASE | {"protocol", "plugin"},
+    "gym": BASE | {"protocol", "plugin", "policies"},  # a replay probe answers from the recorded turns
     "replicas": BASE | {"protocol", "observe", "plugin", "runtimes", "gym"},
     "web": BASE | {"protocol"},
     "bridge": BASE | {"protocol", "observe", "trials", "plugin", "web"},
@@ -154,6 +154,8 @@ HEAVY = ("torch", "sglang", "megatron")
         # What runs inside the NeMo Gym environment: the standard library only.
         ("relax_gym_core.ingym", ("attrs", "cattrs", "pluggy", "httpx", *WEB, *HEAVY)),
         ("relax_gym_core.ingym.sandbox", ("attrs", "cattrs", "pluggy", "httpx", *WEB, *HEAVY)),
+        # ... and the catalogue's server classes, which the plugin reads its tables from.
+        ("relax_gym_catalogue.servers", ("attrs", "cattrs", "pluggy", "httpx", "yaml", *WEB, *HEAVY)),
         ("relax_gym_core.observe", (*WEB, "httpx", *HEAVY)),
     ],
 )

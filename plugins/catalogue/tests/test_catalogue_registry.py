@@ -1,0 +1,150 @@
+"""The catalogue as registered from the installed NeMo Gym's own files (no server runs here): what each
+environment is, how its recordings become probes, and the conformance kit's checks that need no server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from relax_gym_core.plugin import STATELESS, Hooks, make_plugin_manager
+from relax_gym_core.testing import (
+    check_conversion,
+    check_registration,
+    check_result_mapping,
+    unscored_answers,
+)
+
+from relax_gym_catalogue.catalogue import ENTRIES
+from relax_gym_catalogue.recordings import recorded_probes, task_of
+from relax_gym_catalogue.servers import REQUIRES, STATE
+from relax_gym_catalogue.upstream import located, read_server
+
+NAMES = [entry.name for entry in ENTRIES]
+DEDICATED = {"calendar", "math_with_judge", "mcqa", "reasoning_gym", "workplace_assistant"}
+
+
+@pytest.fixture(scope="module")
+def hooks() -> Hooks:
+    return make_plugin_manager()
+
+
+def test_at_least_thirty_environments_beyond_the_six_plugins_are_proven(hooks: Hooks) -> None:
+    registry = hooks.environments
+    catalogued = [d for d in registry if registry.owner(d.name) == "catalogue"]
+    assert sorted(d.name for d in catalogued) == sorted(NAMES)
+    assert not DEDICATED & set(NAMES)  # a dedicated plugin runs those; the catalogue never shadows one
+    provable = [d for d in catalogued if any(p.skip is None for p in d.verifier_probes())]
+    assert len(provable) >= 30
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_environment_is_upstreams_server_as_upstream_configures_it(hooks: Hooks, name: str) -> None:
+    definition = hooks.environments.get(name)
+    upstream = read_server(name, next(e.config for e in ENTRIES if e.name == name))
+    check_registration(hooks, name, installed=True)
+    assert definition.configs == (upstream.config,)
+    assert definition.agent == upstream.agent.name
+    resources, agent = definition.servers[:2]
+    assert resources.name == upstream.resources.name
+    fields = located(upstream.resources.own_fields(), upstream.directory)  # its files found where they are
+    if next(e for e in ENTRIES if e.name == name).judge:  # its judge is never the policy: its own server
+        fields["judge_model_server"] = {"type": "responses_api_models", "name": "relax_gym_judge"}
+    assert dict(resources.config) == fields  # upstream's fields, untouched otherwise
+    assert agent.config["resources_server"] == {"type": "resources_servers", "name": resources.name}
+    assert agent.config["model_server"]["name"] == "policy_model"  # every model call goes to the gateway
+    # A server that needs packages or keeps state runs as its servers.py class; a stateful one has the
+    # cleanup contract.
+    ours = f"relax_gym_catalogue.servers:{name}"
+    assert resources.server_class == (ours if name in STATE or name in REQUIRES else upstream.resources_class)
+    if name in STATE:
+        assert definition.cleanup.server == resources.name and definition.cleanup.probe_path is not None
+    else:
+        assert definition.cleanup == STATELESS
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_upstreams_example_rows_convert_and_unscored_answers_never_score(hooks: Hooks, name: str) -> None:
+    entry = next(e for e in ENTRIES if e.name == name)
+    rows = read_server(name, entry.config).example_rows()
+    if name == "structured_outputs":
+        # Its rows repeat their params' parallel_tool_calls at the top level. The reference conversion
+        # (Relax's) keeps one value, the params' (the same); upstream reads the top-level one only for
+        # its aggregate metrics' breakdown. A known loss, so that field is left out of the check.
+        rows = [{k: v for k, v in row.items() if k != "parallel_tool_calls"} for row in rows]
+    check_conversion(hooks, name, rows)
+    body = {"response": {"output": []}, "reward": 1.0}
+    check_result_mapping(hooks, name, body=body, failure_bodies=list(unscored_answers(body).values()))
+
+
+def test_a_recording_is_joined_to_its_example_row_by_prompt(hooks: Hooks) -> None:
+    """xlam_fc's recordings lack `expected_answers`: each replays on its own row of example.jsonl."""
+    upstream = read_server("xlam_fc")
+    examples = upstream.example_rows()
+    for line in upstream.recorded_lines():
+        recorded = json.loads(line)
+        assert "expected_answers" not in recorded
+        task, problem = task_of(recorded, examples)
+        assert problem is None and task in examples
+
+
+def test_rows_sharing_a_prompt_are_told_apart_by_the_recordings_task_index() -> None:
+    upstream = read_server("grl_sokoban")  # five seeded levels, one prompt
+    examples = upstream.example_rows()
+    recordings = [json.loads(line) for line in upstream.recorded_lines()]
+    for recorded in recordings:
+        task, _problem = task_of(recorded, examples)
+        assert task == examples[recorded["_ng_task_index"]]
+    nameless = {k: v for k, v in recordings[0].items() if k != "_ng_task_index"}
+    task, problem = task_of(nameless, examples)
+    assert task is None and problem == "its prompt is that of 5 example rows and it names none of them"
+
+
+def test_a_recording_of_a_task_not_shipped_is_its_own_task() -> None:
+    upstream = read_server("gpqa_diamond")  # recorded on dataset rows 184, 96, ...
+    examples = upstream.example_rows()
+    recorded = json.loads(upstream.recorded_lines()[0])
+    task, problem = task_of(recorded, examples)
+    assert problem is None and task not in examples
+    assert task is not None and "reward" not in task and "response" not in task
+    assert set(task) <= {key for row in examples for key in row}
+    assert None not in task["responses_create_params"].values()
+
+
+def test_what_cannot_be_replayed_is_skipped_with_its_reason() -> None:
+    good: dict[str, Any] = {
+        "response": {"output": []},
+        "reward": 1.0,
+        "responses_create_params": {"input": []},
+    }
+    probes = recorded_probes([None, {"reward": 1.0}, good], [], skip=None)
+    assert [p.skip for p in probes] == [
+        "a placeholder line, not a recorded rollout",
+        "no recorded trajectory and reward",
+        None,
+    ]
+    assert all(p.replay for p in probes)
+    table = recorded_probes([good], [], skip="its dealer draws from an unseeded random generator")
+    assert table[0].skip == "its dealer draws from an unseeded random generator"
+
+
+def test_without_a_nemo_gym_environment_it_registers_nothing_and_says_why(tmp_path: Any) -> None:
+    environ = {**os.environ, "RELAX_GYM_NEMO_GYM_PYTHON": str(tmp_path / "no-python")}
+    done = subprocess.run(
+        [sys.executable, "-m", "relax_gym_core.cli", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    by_plugin = {p["name"]: p["environments"] for p in document["plugins"]}
+    assert by_plugin["catalogue"] == []
+    assert by_plugin["mcqa"]  # the other plugins are untouched
+    assert "relax-gym-catalogue registers nothing" in done.stderr
+    assert "Traceback" not in done.stderr
