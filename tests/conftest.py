@@ -83,3 +83,13 @@ def _trials_in_memory_unless_asked() -> Iterator[None]:
         del os.environ["RELAX_GYM_STATE_DIR"]
     else:
         os.environ["RELAX_GYM_STATE_DIR"] = before
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first: slow tests, then those on real servers, then the rest. xdist hands out work in this
+    order, so the quick tests fill in at the end and no worker runs a two-minute test alone."""
+
+    def rank(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("e2e") else 2
+
+    items.sort(key=rank)
