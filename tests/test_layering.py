@@ -20,7 +20,18 @@ SRC = ROOT / "src" / "relax_gym_core"
 # (module level, inside functions, under TYPE_CHECKING). Read top to bottom, it is the architecture.
 BASE = {"errors", "ingym"}
 # The library below the commands: what the rollout engine, the commands and the test support build on.
-SERVICE = {"protocol", "observe", "trials", "plugin", "runtimes", "replicas", "bridge", "web", "gym"}
+SERVICE = {
+    "protocol",
+    "observe",
+    "trials",
+    "trajectories",
+    "plugin",
+    "runtimes",
+    "replicas",
+    "bridge",
+    "web",
+    "gym",
+}
 SERVICE |= {"gateway"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
@@ -32,13 +43,17 @@ ALLOWED: dict[str, set[str]] = {
     "plugin": BASE | {"protocol"},
     "jsonl": BASE,
     "observe": BASE | {"protocol"},
-    "trials": BASE | {"protocol", "observe", "plugin"},
+    # Each trial's run and model calls, recorded while it runs and kept with its record.
+    "trajectories": BASE | {"protocol", "observe"},
+    "trials": BASE | {"protocol", "observe", "plugin", "trajectories"},
     "runtimes": BASE | {"protocol", "observe", "plugin"},
     "gym": BASE | {"protocol", "plugin", "policies"},  # a replay probe answers from the recorded turns
     "replicas": BASE | {"protocol", "observe", "plugin", "runtimes", "gym"},
     "web": BASE | {"protocol"},
-    "bridge": BASE | {"protocol", "observe", "trials", "plugin", "web"},
-    "gateway": BASE | {"protocol", "observe", "trials", "plugin", "runtimes", "replicas", "bridge", "web"},
+    "bridge": BASE | {"protocol", "observe", "trials", "trajectories", "plugin", "web"},
+    "gateway": BASE
+    | {"protocol", "observe", "trials", "trajectories", "plugin", "runtimes", "replicas", "bridge"}
+    | {"web"},
     "client": BASE | {"protocol"},
     # The scripted model servers: the tests' stand-in policy and the rollout's oracle.
     "policies": BASE | {"protocol", "plugin"},

@@ -63,13 +63,15 @@ def test_success_writes_the_output_file(gateway: GatewayProcess, session: Any, s
     assert (result.returncode, result.stderr, result.stdout) == (0, "", "")
     output = json.loads((io_dir / "session_output.json").read_text())
     assert output["metadata"]["nemo_gym"].pop("cleanup") in ("pending", "confirmed")
+    request_id = stable_request_id(session_id, 1, invocation_id=str(io_dir))
     assert output == {
         "reward": 0.5,
         "metadata": {
             "nemo_gym": {
-                "request_id": stable_request_id(session_id, 1, invocation_id=str(io_dir)),
+                "request_id": request_id,
                 "status": "completed",
                 "metrics": {"echo": True},
+                "artifact_ref": f"/v1/trials/{request_id}/trajectory",  # the gateway kept its trajectory
             }
         },
     }

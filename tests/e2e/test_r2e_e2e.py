@@ -160,6 +160,14 @@ async def test_a_policy_fixing_the_bug_with_the_tools_scores_one(
     assert before.startswith("3\n") and after.startswith("[9]\n")  # the bug, then the fix, observed
     assert edit == "Replaced 1 occurrence in /workspace/repo/pager/core.py."
     assert (await left_on_machine(resources_url))[0] == 0
+    # The trial's trajectory: the five model turns, the four tool calls, their outputs as the agent saw them.
+    async with httpx.AsyncClient(base_url=stack.url, trust_env=False) as http:
+        document = (await http.get(str(snapshot.artifact_ref))).json()
+    counts = document["counts"]
+    assert (counts["agent_turns"], counts["tool_calls"], counts["tool_outputs"]) == (5, 4, 4)
+    last_request = document["model_calls"][-1]["request"]
+    kept = [item["output"] for item in last_request["input"] if item.get("type") == "function_call_output"]
+    assert kept == seen[-1]
 
 
 async def test_editing_the_wrong_file_scores_the_shaping_reward(

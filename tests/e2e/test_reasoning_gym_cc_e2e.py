@@ -273,6 +273,16 @@ def test_a_bash_round_trip_through_the_thin_client_scores_one(
     assert all(call.stream and call.bearer == token and call.path.endswith("/v1/messages") for call in calls)
     assert [tool_results(call) for call in calls] == [[], ["42"]]  # exactly one tool_result: Bash's output
     assert [tool["name"] for tool in calls[0].body["tools"]] == ["Bash"]  # every other tool denied
+    # Its trajectory: the CLI's two Messages calls (streamed, folded), Bash's call and its output.
+    nemo_gym = output["metadata"]["nemo_gym"]
+    assert nemo_gym["artifact_ref"] == f"/v1/trials/{nemo_gym['request_id']}/trajectory"
+    document = httpx.get(stack.url + nemo_gym["artifact_ref"], trust_env=False).json()
+    assert [(c["resource"], c["streamed"], c["status"]) for c in document["model_calls"]] == [
+        ("messages", True, 200)
+    ] * 2
+    assert document["model_calls"][0]["response"]["content"][-1]["name"] == "Bash"
+    assert (document["counts"]["tool_calls"], document["counts"]["tool_outputs"]) == (1, 1)
+    assert token not in json.dumps(document)  # the session token is the call's API key: never kept
 
     async def settled() -> Any:
         async with GatewayClient(stack.url, options=OPTIONS) as client:

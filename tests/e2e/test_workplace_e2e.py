@@ -190,3 +190,15 @@ async def test_oracle_from_probes_solves_every_example_row(policy: PolicyByToken
     assert [snapshot.reward for snapshot in snapshots] == [1.0] * 5
     ground_truth_calls = [len(row["ground_truth"]) for row in rows]
     assert [snapshot.metrics["tool_calls"] for snapshot in snapshots] == ground_truth_calls
+    # Each trial's trajectory shows the tool calls and their outputs, and a model turn per call plus one.
+    async with httpx.AsyncClient(base_url=stack.url, trust_env=False) as http:
+        documents = [(await http.get(str(snapshot.artifact_ref))).json() for snapshot in snapshots]
+    assert [d["counts"]["tool_calls"] for d in documents] == ground_truth_calls
+    assert [d["counts"]["tool_outputs"] for d in documents] == ground_truth_calls
+    assert [d["counts"]["agent_turns"] for d in documents] == [n + 1 for n in ground_truth_calls]
+    outputs = [
+        item
+        for item in documents[0]["run"]["answer"]["response"]["output"]
+        if item["type"] == "function_call_output"
+    ]
+    assert len(outputs) == ground_truth_calls[0] and all(item["output"] for item in outputs)

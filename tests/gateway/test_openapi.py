@@ -47,6 +47,7 @@ def test_every_route_is_described(doc: dict[str, Any]) -> None:
         "/v1/trials/{request_id}",
         "/v1/trials/{request_id}/renew",
         "/v1/trials/{request_id}/abort",
+        "/v1/trials/{request_id}/trajectory",
         "/healthz",
         "/readyz",
         "/metrics",

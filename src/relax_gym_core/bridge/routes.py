@@ -45,6 +45,7 @@ from relax_gym_core.errors import (
 )
 from relax_gym_core.observe import CallbackOutcome, Observers
 from relax_gym_core.protocol import BRIDGE_PREFIX, jsonutil
+from relax_gym_core.trajectories import Recorder
 from relax_gym_core.trials import CallbackTarget, Trial, TrialService
 from relax_gym_core.web import error_response, json_response, status_for
 
@@ -219,6 +220,7 @@ class Bridge:
     async def _call(self, trial: Trial, resource: str, body: dict[str, Any]) -> _Answer:
         started = time.monotonic()
         target: CallbackTarget | None = None
+        sent: bytes | None = None
         try:
             async with self._service.callback(trial) as (target, scope):
                 endpoint = target.endpoint
@@ -233,11 +235,12 @@ class Bridge:
                 }
                 label = f"request_id={target.request_id} resource={resource}"
                 reply: UpstreamReply | None = None
+                sent = jsonutil.dumps(payload)
                 with scope:  # cancelled when the trial is aborted or expires
                     reply = await self.forwarder.forward(
                         url,
                         headers=headers,
-                        body=jsonutil.dumps(payload),
+                        body=sent,
                         remaining_s=target.remaining_s,
                         label=label,
                     )
@@ -248,9 +251,28 @@ class Bridge:
             )
         except (RolloutUnavailableError, UpstreamError) as exc:
             answer = _Answer(error=exc)
+        seconds = time.monotonic() - started
+        if target is not None and target.trajectory is not None and sent is not None:
+            self._record(target.trajectory, resource, sent, answer, seconds)
         if self._observers:
-            self._observe(target, resource, answer, time.monotonic() - started)
+            self._observe(target, resource, answer, seconds)
         return answer
+
+    @staticmethod
+    def _record(trajectory: Recorder, resource: str, sent: bytes, answer: _Answer, seconds: float) -> None:
+        reply, error = answer.reply, answer.error
+        if reply is not None:
+            streamed = reply.content_type.startswith("text/event-stream")
+            trajectory.model_call(
+                resource, sent, status=reply.status, answer=reply.body, streamed=streamed,
+                seconds=seconds, attempts=reply.attempts,
+            )  # fmt: skip
+        elif error is not None:
+            attempts = error.attempts if isinstance(error, UpstreamError) else 0
+            trajectory.model_call(
+                resource, sent, status=status_for(error), answer=None, streamed=False,
+                seconds=seconds, attempts=attempts, error=str(error),
+            )  # fmt: skip
 
     def _observe(self, target: CallbackTarget | None, resource: str, answer: _Answer, seconds: float) -> None:
         environment, config = target.env if target is not None else ("", "")

@@ -7,6 +7,7 @@ import hashlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -16,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from relax_gym_core.bridge import UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply
-from relax_gym_core.errors import ConfigError, RelaxGymError
+from relax_gym_core.errors import ConfigError, RelaxGymError, TrialExpiredError, TrialNotFoundError
 from relax_gym_core.gateway.auth import bearer_auth
 from relax_gym_core.gateway.config import GatewaySettings
 from relax_gym_core.gateway.intake import CreateIntake
@@ -37,7 +38,15 @@ from relax_gym_core.protocol import (
 from relax_gym_core.protocol.jsonutil import canonical
 from relax_gym_core.replicas.pool import PoolRuntime, ReplicaPool
 from relax_gym_core.runtimes import ModelRoute, Runtime, builtin
-from relax_gym_core.trials import RecoveryPolicy, TrialBook, TrialService, TrialStore, open_store
+from relax_gym_core.trajectories import TrajectoryStore, counts
+from relax_gym_core.trials import (
+    MEMORY,
+    RecoveryPolicy,
+    TrialBook,
+    TrialService,
+    TrialStore,
+    open_store,
+)
 from relax_gym_core.web import (
     contain_errors,
     handle_http_exception,
@@ -123,6 +132,45 @@ async def abort_trial(request: Request) -> Response:
     return json_response(unstructure(snapshot), 202)
 
 
+async def get_trajectory(request: Request) -> Response:
+    """What the trial's run was asked and answered and every model call it made (trajectories/), once it
+    has ended; 404 before, after its record expired, or when none was kept."""
+    service = _gateway(request).service
+    request_id = request.path_params["request_id"]
+    try:
+        snapshot = service.get(request_id)
+    except TrialExpiredError:
+        raise TrialNotFoundError(f"trial {request_id!r}: its trajectory expired with its record") from None
+    if service.trajectories is None:
+        raise TrialNotFoundError("this gateway keeps no trajectories (RELAX_GYM_TRAJECTORIES=off)")
+    if not snapshot.status.is_terminal:
+        raise TrialNotFoundError(
+            f"trial {request_id!r} is {snapshot.status.value}: its trajectory comes when it ends"
+        )
+    document = await service.trajectories.read(request_id)
+    if document is None:
+        raise TrialNotFoundError(
+            f"trial {request_id!r} kept no trajectory (it never ran, or ran when the gateway stopped)"
+        )
+    result = unstructure(snapshot)
+    document["result"] = {key: result.get(key) for key in ("status", "reward", "metrics", "error", "cleanup")}
+    document["counts"] = counts(document)
+    return json_response(document)
+
+
+def _trajectory_store(settings: GatewaySettings) -> TrajectoryStore:
+    root = None if settings.state_dir == MEMORY else Path(settings.state_dir).expanduser() / "trajectories"
+    try:
+        return TrajectoryStore(
+            root,
+            max_bytes=settings.trajectory_max_bytes,
+            retention_s=settings.retention_s,
+            max_retained=settings.max_retained,
+        )
+    except OSError as exc:
+        raise ConfigError(f"trajectory directory {root}: {exc.strerror or exc}") from None
+
+
 async def healthz(request: Request) -> Response:
     body = unstructure(_gateway(request).health())
     del body["ready"]  # liveness only, as in the reference
@@ -186,7 +234,6 @@ def create_app(
     """
     admissions = {spec.key: spec.admission for spec in settings.environments}
     metrics = GatewayMetrics()
-    fan_out = Observers((metrics, *observers))
     hooks = hooks if hooks is not None else make_plugin_manager(load_entry_points=False)
     factories = {**builtin.runtime_factories(hooks), **(runtime_factories or {})}
     runtimes: dict[tuple[str, str], Runtime] = {}
@@ -202,6 +249,8 @@ def create_app(
     metrics.watch_replicas(pools)
     if store is None:
         store = open_store(settings.state_dir, clock=clock, tombstone_capacity=settings.tombstone_capacity)
+    trajectories = _trajectory_store(settings) if settings.trajectories else None
+    fan_out = Observers((metrics, *observers, *([trajectories] if trajectories is not None else [])))
     book = TrialBook(
         clock=clock,
         store=store,
@@ -225,6 +274,7 @@ def create_app(
             metadata={ROLLOUT_TAG: rollout_id},
         ),
         recovery=RecoveryPolicy(give_up_s=settings.recovery_give_up_s),
+        trajectories=trajectories,
     )
     gateway = Gateway(settings, service, pools)
     bridge = (
@@ -251,6 +301,8 @@ def create_app(
             )
             if bridge is not None:
                 await bridge.forwarder.client.close()
+            if trajectories is not None:
+                await trajectories.close()  # after the service: the trials it ended are written
 
     app = Starlette(
         routes=[
@@ -258,6 +310,7 @@ def create_app(
             Route("/v1/trials/{request_id}", get_trial, methods=["GET"]),
             Route("/v1/trials/{request_id}/renew", renew_trial, methods=["POST"]),
             Route("/v1/trials/{request_id}/abort", abort_trial, methods=["POST"]),
+            Route("/v1/trials/{request_id}/trajectory", get_trajectory, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),

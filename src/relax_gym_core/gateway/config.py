@@ -18,6 +18,7 @@ from attrs import field, frozen
 from relax_gym_core.bridge.allowlist import CallbackPolicy
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.plugin.specs import EnvironmentSpec, parse_environments
+from relax_gym_core.trajectories import DEFAULT_MAX_BYTES
 
 # Names of relax_gym_core.bridge.UPSTREAM_CLIENTS, kept here so reading settings imports no HTTP client.
 UPSTREAM_CLIENT_NAMES = ("pyreqwest", "aiohttp", "httpx")
@@ -136,6 +137,10 @@ class GatewaySettings:
     state_dir: str = ":memory:"
     # How long restart recovery keeps trying to prove a lost run's cleanup before recording unverified.
     recovery_give_up_s: float = 600.0
+    # Each trial's trajectory (trajectories/), kept under the state directory with the trial's record and
+    # served by GET /v1/trials/{request_id}/trajectory; off for operators who must not keep prompts.
+    trajectories: bool = True
+    trajectory_max_bytes: int = DEFAULT_MAX_BYTES  # per trial; bodies past it are cut with a marker
 
     @classmethod
     def from_env(
@@ -169,6 +174,8 @@ class GatewaySettings:
             unknown_keys=_choice(environ, UNKNOWN_KEYS_VAR, UNKNOWN_KEY_MODES),
             state_dir=state_dir or environ.get("RELAX_GYM_STATE_DIR") or ":memory:",
             recovery_give_up_s=_env_float(environ, "RELAX_GYM_RECOVERY_GIVE_UP_S", 600.0),
+            trajectories=_choice(environ, "RELAX_GYM_TRAJECTORIES", ("on", "off")) == "on",
+            trajectory_max_bytes=_env_int(environ, "RELAX_GYM_TRAJECTORY_MAX_BYTES", DEFAULT_MAX_BYTES),
         )
 
 

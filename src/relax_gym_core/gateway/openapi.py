@@ -221,6 +221,17 @@ def build_openapi(settings: GatewaySettings) -> dict[str, Any]:
             "get": {"summary": "This document", "responses": {"200": _body({"type": "object"}, "OpenAPI")}}
         },
     }
+    if settings.trajectories:
+        paths["/v1/trials/{request_id}/trajectory"] = {
+            "get": trial_op(
+                "The trial's run and model calls, once it has ended (format relax-gym/trajectory-v1)",
+                {
+                    "200": _body({"type": "object"}, "trajectory document"),
+                    "404": _body(error, "unknown trial, not ended yet, expired, or no trajectory kept"),
+                },
+                parameters=[request_id],
+            )
+        }
     if settings.callback_policy is not None:
         paths.update(_model_call_paths(error, too_large, settings.limits.max_model_call_bytes))
     document: dict[str, Any] = {

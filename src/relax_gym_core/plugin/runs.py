@@ -30,6 +30,26 @@ class ModelRoute:
     metadata: Mapping[str, str] = field(factory=dict)
 
 
+class Trajectory(Protocol):
+    """Where a runtime notes what its environment was asked and answered, for the trial's trajectory
+    (the gateway adds the model calls itself). Notes are kept by reference: pass bodies not changed later."""
+
+    def run_request(self, body: Mapping[str, Any]) -> None: ...
+
+    def run_answer(self, body: Mapping[str, Any]) -> None: ...
+
+
+class _Unrecorded:
+    def run_request(self, body: Mapping[str, Any]) -> None:
+        return None
+
+    def run_answer(self, body: Mapping[str, Any]) -> None:
+        return None
+
+
+UNRECORDED: Trajectory = _Unrecorded()  # trajectories off, or a run outside the gateway
+
+
 @frozen(kw_only=True)
 class RunContext:
     """What a runtime needs to start one run."""
@@ -39,6 +59,7 @@ class RunContext:
     environment: str
     config: str
     model: ModelRoute = ModelRoute()
+    trajectory: Trajectory = UNRECORDED
 
     @property
     def model_base_url(self) -> str | None:

@@ -51,7 +51,17 @@ class _NothingToRelease:
 
 
 class EchoHandle(_NothingToRelease):
-    __slots__ = ("_calls", "_client", "_fail", "_messages", "_model", "_reward", "_sleep_s", "_url")
+    __slots__ = (
+        "_calls",
+        "_client",
+        "_fail",
+        "_messages",
+        "_model",
+        "_reward",
+        "_sleep_s",
+        "_trajectory",
+        "_url",
+    )
 
     def __init__(self, context: RunContext, client: httpx.AsyncClient | None) -> None:
         options = _echo_options(context)
@@ -67,6 +77,8 @@ class EchoHandle(_NothingToRelease):
         self._url = context.model_base_url
         messages = context.request.environment.task.get("messages") if self._model is not None else None
         self._messages = messages if isinstance(messages, list) else []  # only runs that call a model keep it
+        self._trajectory = context.trajectory
+        self._trajectory.run_request(context.request.environment.task)
 
     async def _call_model(self) -> None:
         assert self._model is not None
@@ -92,6 +104,7 @@ class EchoHandle(_NothingToRelease):
         metrics: dict[str, Any] = {"echo": True}
         if self._model is not None:
             metrics["model_calls"] = self._calls
+        self._trajectory.run_answer({"reward": self._reward, "metrics": metrics})
         return RunResult(reward=self._reward, metrics=metrics)
 
 

@@ -30,6 +30,7 @@ from relax_gym_core.plugin.runs import (
     RunContext,
     RunHandle,
     RunResult,
+    Trajectory,
 )
 from relax_gym_core.plugin.specs import EnvironmentSpec
 
@@ -129,13 +130,14 @@ class NemoGymRuntime:
 
     async def start(self, context: RunContext) -> RunHandle:
         body = self.run_body(context)
-        call = asyncio.ensure_future(self._post_run(body))
+        context.trajectory.run_request(body)
+        call = asyncio.ensure_future(self._post_run(body, context.trajectory))
         return NemoGymRun(self, call, context.rollout_id)
 
     def handle_for(self, rollout_id: str, placement: str | None = None) -> RunHandle:
         return NemoGymRun(self, None, rollout_id)  # the cleanup contract's URLs, with this rollout id
 
-    async def _post_run(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _post_run(self, body: dict[str, Any], trajectory: Trajectory) -> dict[str, Any]:
         async with self.session.post(self._run_url, json=body) as response:
             raw = await response.read()
             if response.status >= 400:
@@ -147,6 +149,7 @@ class NemoGymRuntime:
             raise AgentRunError("NeMo Gym agent returned a non-JSON response") from None
         if not isinstance(payload, dict):
             raise AgentRunError("NeMo Gym agent response must be a JSON object")
+        trajectory.run_answer(payload)
         return payload
 
     async def ready(self) -> bool:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import anyio
+import attrs
 from attrs import frozen
 
 from relax_gym_core.errors import EnvironmentFailure, RolloutUnavailableError, StoreUnavailableError
@@ -19,13 +20,16 @@ from relax_gym_core.plugin.environment import EnvKey
 from relax_gym_core.plugin.runs import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
+    UNRECORDED,
     CleanupResult,
     ModelRoute,
     RunContext,
     RunHandle,
     Runtime,
+    Trajectory,
 )
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
+from relax_gym_core.trajectories import Recorder, TrajectoryStore, trajectory_path
 from relax_gym_core.trials.book import Cancel, TrialBook
 from relax_gym_core.trials.records import Cause, Phase, Trial
 from relax_gym_core.trials.recovery import RecoveryPolicy, prove_released
@@ -52,6 +56,7 @@ class CallbackTarget:
     endpoint: ModelEndpoint
     generation: Generation
     remaining_s: float
+    trajectory: Recorder | None = None  # where its model calls are recorded (None: trajectories off)
 
 
 class TrialService:
@@ -66,8 +71,10 @@ class TrialService:
         model_route: Callable[[str], ModelRoute] = lambda _rollout_id: ModelRoute(),
         error_hold_s: float = 30.0,
         recovery: RecoveryPolicy | None = None,
+        trajectories: TrajectoryStore | None = None,
     ) -> None:
         self.book = book
+        self.trajectories = trajectories
         self._recovery = recovery or RecoveryPolicy()
         self._recoveries: set[asyncio.Task[None]] = set()  # cleanups of trials a restart ended
         self._runtimes = runtimes
@@ -149,7 +156,16 @@ class TrialService:
         return self.book.snapshot(trial), created
 
     def get(self, request_id: str) -> TrialSnapshot:
-        return self.book.snapshot(self.book.get(request_id))
+        snapshot = self.book.snapshot(self.book.get(request_id))
+        # The environment's own artifact comes first; else the trajectory, once there is one.
+        if (
+            self.trajectories is not None
+            and snapshot.artifact_ref is None
+            and snapshot.status.is_terminal
+            and self.trajectories.kept(request_id)
+        ):
+            return attrs.evolve(snapshot, artifact_ref=trajectory_path(request_id))
+        return snapshot
 
     async def written(self, request_id: str) -> None:
         """Wait until this trial's state so far is durable; answer anyone about it only then."""
@@ -229,6 +245,7 @@ class TrialService:
             endpoint=request.model_endpoint,
             generation=request.generation,
             remaining_s=trial.deadline_at - self.book.now(),
+            trajectory=self.trajectories.recorder(trial.request_id) if self.trajectories else None,
         )
         scope = anyio.CancelScope()
         scopes = self._callbacks.setdefault(trial.request_id, set())
@@ -241,6 +258,14 @@ class TrialService:
                 self._callbacks.pop(trial.request_id, None)
 
     # ---- internals ----------------------------------------------------------------------------------
+
+    def _record(self, trial: Trial, request: CreateTrialRequest) -> Trajectory:
+        if self.trajectories is None:
+            return UNRECORDED
+        endpoint = request.model_endpoint
+        # Whatever of these reached a body (agents echo their configuration) is replaced on disk.
+        secrets = (endpoint.api_key, request.session.session_id, trial.rollout_id, *endpoint.headers.values())
+        return self.trajectories.begin(trial.request_id, trial.env[0], trial.env[1], secrets)
 
     def _recover(self) -> None:
         for trial in self.book.recover():
@@ -293,6 +318,7 @@ class TrialService:
                 environment=trial.env[0],
                 config=trial.env[1],
                 model=self._model_route(trial.rollout_id),
+                trajectory=self._record(trial, request),
             )
             # Shielded: a cancel during start must not lose the handle; the cleanup ladder awaits it.
             start = asyncio.ensure_future(runtime.start(context))
