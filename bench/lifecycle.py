@@ -25,9 +25,11 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from relax_gym_core.observe import Observers
 from relax_gym_core.protocol import CreateTrialRequest, TrialStatus, parse_create_request
 from relax_gym_core.runtimes import CLEANUP_CONFIRMED, EchoRuntime, RunResult
 from relax_gym_core.testing.web import start_gateway
+from relax_gym_core.trajectories import TrajectoryStore
 from relax_gym_core.trials import Admission, LedgerStore, MemoryStore, TrialBook, TrialService, TrialStore
 
 KEY = ("echo", "echo")
@@ -77,13 +79,19 @@ def requests(prefix: str, count: int, *, sleep_s: float = 0.0) -> list[CreateTri
     return [attrs.evolve(template, request_id=f"{prefix}-{i}") for i in range(count)]
 
 
-def make_service(max_concurrency: int, queue_capacity: int, store: TrialStore | None = None) -> TrialService:
+def make_service(
+    max_concurrency: int,
+    queue_capacity: int,
+    store: TrialStore | None = None,
+    trajectories: TrajectoryStore | None = None,
+) -> TrialService:
     book = TrialBook(
         clock=time.monotonic,
         store=store if store is not None else MemoryStore(),
         environments={KEY: Admission(max_concurrency=max_concurrency, queue_capacity=queue_capacity)},
+        observers=Observers([trajectories] if trajectories is not None else []),
     )
-    return TrialService(book, {KEY: EchoRuntime()})
+    return TrialService(book, {KEY: EchoRuntime()}, trajectories=trajectories)
 
 
 def settled(service: TrialService) -> bool:
@@ -137,10 +145,11 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def inprocess_run(
-    count: int, store: TrialStore | None = None, limit: int = 512
+    count: int, store: TrialStore | None = None, limit: int = 512, trajectories: TrajectoryStore | None = None
 ) -> tuple[float, float, int]:
-    """(wall s, CPU s, confirmed) for `count` lifecycles; with a ledger, until the last one is written."""
-    service = make_service(max_concurrency=limit // 2, queue_capacity=limit // 2, store=store)
+    """(wall s, CPU s, confirmed) for `count` lifecycles; with a ledger, until the last one is written;
+    with trajectories, until the last one is written too."""
+    service = make_service(limit // 2, limit // 2, store=store, trajectories=trajectories)
     await service.start()
     batch = requests("inproc", count)
     wall, cpu = time.perf_counter(), time.process_time()
@@ -155,6 +164,8 @@ async def inprocess_run(
     await until(lambda: settled(service))
     for request in batch:
         await service.written(request.request_id)  # durable, as a poll would wait for it
+    if trajectories is not None:
+        await trajectories.read(batch[-1].request_id)  # one writer thread: the last is written last
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     done = confirmed(service, batch, TrialStatus.COMPLETED)
     await service.close()
@@ -548,6 +559,50 @@ async def http_ledger() -> list[Row]:
     ]
 
 
+# ---- 7. trajectories kept (the default) side by side with trajectories off ---------------------------
+
+
+async def inprocess_trajectories(count: int) -> list[Row]:
+    """In-process lifecycles/s with every trial's trajectory written and with none, alternated three
+    times (best of each)."""
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    for _ in range(3):
+        for kind, rate in rates.items():
+            with tempfile.TemporaryDirectory(prefix="relax-gym-bench-") as tmp:
+                store = TrajectoryStore(Path(tmp)) if kind == "on" else None
+                wall, _, _ = await inprocess_run(count, trajectories=store)
+                if store is not None:
+                    await store.close()
+                rate.append(count / wall)
+    on, off = max(rates["on"]), max(rates["off"])
+    return [Row("in-process lifecycles/s, trajectories on vs off", f"{on / off:.0%} ({on:,.0f} / {off:,.0f})",
+                ">= 90% of off", on / off >= 0.9)]  # fmt: skip
+
+
+async def http_trajectories() -> list[Row]:
+    """HTTP lifecycles/s of a real gateway with its ledger on disk, trajectories on and off, alternated
+    three times (best of each)."""
+    specs = {"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 64, "queue_capacity": 64}}
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    for attempt in range(3):
+        for kind, rate in rates.items():
+            with tempfile.TemporaryDirectory(prefix="relax-gym-bench-") as tmp:
+                env = {"RELAX_GYM_TRAJECTORIES": kind}
+                with start_gateway(specs, state_dir=Path(tmp) / "state", env=env) as gateway:
+                    connections = [await Connection.open(gateway.url) for _ in range(HTTP_LOOPS)]
+                    try:
+                        await lifecycle_loops(connections, f"warm-t{kind}-{attempt}", 1.0)
+                        started = time.perf_counter()
+                        done, _ = await lifecycle_loops(connections, f"t{kind}-{attempt}", HTTP_SECONDS)
+                        rate.append(done / (time.perf_counter() - started))
+                    finally:
+                        for connection in connections:
+                            await connection.close()
+    on, off = max(rates["on"]), max(rates["off"])
+    return [Row(f"HTTP lifecycles/s, trajectories on vs off ({HTTP_LOOPS} loops)",
+                f"{on / off:.0%} ({on:,.0f} / {off:,.0f})", ">= 90% of off", on / off >= 0.9)]  # fmt: skip
+
+
 def ledger_memory(count: int = RETAINED, warm: int = 5_000, traced: int = 10_000) -> tuple[float, float]:
     """Bytes per finished trial on the ledger: RSS growth over `count` trials after `warm`, and
     tracemalloc over the last `traced` of them (a fresh interpreter; the file in a temp directory)."""
@@ -633,6 +688,8 @@ def main() -> int:
     rows += history_rows()
     rows += asyncio.run(over_http())
     rows += ledger_rows()
+    rows += asyncio.run(inprocess_trajectories(LIFECYCLES))
+    rows += asyncio.run(http_trajectories())
     print_table(rows)
     print(
         f"({time.perf_counter() - started:.0f} s on {os.cpu_count()} CPUs; load average {load:.1f} at start, "

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import json
 import os
 import secrets
@@ -131,7 +130,6 @@ def found_in(state_dir: Path | None, lines: list[str], needles: list[str]) -> li
     files = [] if state_dir is None else sorted(p for p in state_dir.rglob("*") if p.is_file())
     for path in files:
         data = path.read_bytes()
-        data = gzip.decompress(data) if path.suffix == ".gz" else data  # trajectories are gzipped
         hits += [f"{path.name}: {n[:10]}..." for n in needles if n.encode() in data]
     text = "\n".join(lines)
     return hits + [f"log: {n[:10]}..." for n in needles if n in text]

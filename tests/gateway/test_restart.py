@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import json
 import os
 import secrets
@@ -85,7 +84,6 @@ def secrets_in(state_dir: Path, outputs: list[str], needles: list[str]) -> list[
     found = []
     for path in sorted(p for p in state_dir.rglob("*") if p.is_file()):
         data = path.read_bytes()
-        data = gzip.decompress(data) if path.suffix == ".gz" else data  # trajectories are gzipped
         found += [f"{path.name}: {needle[:8]}..." for needle in needles if needle.encode() in data]
     text = "\n".join(outputs)
     return found + [f"log: {needle[:8]}..." for needle in needles if needle in text]

@@ -4,9 +4,11 @@ snapshot's artifact_ref, cut at the cap, kept across a restart, and never holds 
 
 from __future__ import annotations
 
-import gzip
+import contextlib
 import itertools
+import sqlite3
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -161,13 +163,20 @@ def test_no_secret_reaches_the_state_directory(
     document = trajectory(gateway, body["request_id"]).json()
     assert document["run"]["request"]["metadata"]["echo"]["leak"] == ["[redacted]", "[redacted]"]
     files = [path for path in state_dir.rglob("*") if path.is_file()]
-    stored = [path for path in files if path.name.endswith(".json.gz")]
-    assert stored and all(path.stat().st_mode & 0o777 == 0o600 for path in stored)
+    assert (state_dir / "trajectories" / "trajectories.sqlite3").stat().st_mode & 0o777 == 0o600
     for path in files:
-        data = path.read_bytes()
-        data = gzip.decompress(data) if path.name.endswith(".gz") else data
-        assert API_KEY.encode() not in data, path
-        assert SESSION.encode() not in data, path
+        for data in [path.read_bytes(), *stored_records(path)]:
+            assert API_KEY.encode() not in data, path
+            assert SESSION.encode() not in data, path
+
+
+def stored_records(path: Path) -> list[bytes]:
+    """Every trajectory record of a trajectory database, decompressed (a grep of the file misses those)."""
+    if path.name != "trajectories.sqlite3":
+        return []
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        rows = connection.execute("SELECT compressed, data FROM trajectories").fetchall()
+    return [zlib.decompress(data) if compressed else data for compressed, data in rows]
 
 
 def test_a_cap_cuts_bodies_with_a_marker_saying_how_much(policy: ScriptedPolicy) -> None:

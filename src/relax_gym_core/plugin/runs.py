@@ -32,18 +32,18 @@ class ModelRoute:
 
 class Trajectory(Protocol):
     """Where a runtime notes what its environment was asked and answered, for the trial's trajectory
-    (the gateway adds the model calls itself). Notes are kept by reference: pass bodies not changed later."""
+    (the gateway adds the model calls itself): the JSON bytes as they went and came, kept as they are."""
 
-    def run_request(self, body: Mapping[str, Any]) -> None: ...
+    def run_request(self, body: bytes) -> None: ...
 
-    def run_answer(self, body: Mapping[str, Any]) -> None: ...
+    def run_answer(self, body: bytes) -> None: ...
 
 
 class _Unrecorded:
-    def run_request(self, body: Mapping[str, Any]) -> None:
+    def run_request(self, body: bytes) -> None:
         return None
 
-    def run_answer(self, body: Mapping[str, Any]) -> None:
+    def run_answer(self, body: bytes) -> None:
         return None
 
 

@@ -9,11 +9,19 @@ confirmed: nothing outside this process is ever allocated.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from typing import TYPE_CHECKING, Any
 
 from relax_gym_core.errors import RunError
-from relax_gym_core.plugin.runs import CLEANUP_CONFIRMED, CleanupResult, RunContext, RunHandle, RunResult
+from relax_gym_core.plugin.runs import (
+    CLEANUP_CONFIRMED,
+    UNRECORDED,
+    CleanupResult,
+    RunContext,
+    RunHandle,
+    RunResult,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -78,7 +86,8 @@ class EchoHandle(_NothingToRelease):
         messages = context.request.environment.task.get("messages") if self._model is not None else None
         self._messages = messages if isinstance(messages, list) else []  # only runs that call a model keep it
         self._trajectory = context.trajectory
-        self._trajectory.run_request(context.request.environment.task)
+        if context.trajectory is not UNRECORDED:  # encoded for the trajectory only
+            self._trajectory.run_request(json.dumps(context.request.environment.task).encode())
 
     async def _call_model(self) -> None:
         assert self._model is not None
@@ -104,7 +113,8 @@ class EchoHandle(_NothingToRelease):
         metrics: dict[str, Any] = {"echo": True}
         if self._model is not None:
             metrics["model_calls"] = self._calls
-        self._trajectory.run_answer({"reward": self._reward, "metrics": metrics})
+        if self._trajectory is not UNRECORDED:
+            self._trajectory.run_answer(json.dumps({"reward": self._reward, "metrics": metrics}).encode())
         return RunResult(reward=self._reward, metrics=metrics)
 
 

@@ -33,6 +33,7 @@ from relax_gym_core.plugin.runs import (
     Trajectory,
 )
 from relax_gym_core.plugin.specs import EnvironmentSpec
+from relax_gym_core.protocol import jsonutil
 
 logger = logging.getLogger("relax_gym.nemo_gym")
 
@@ -129,7 +130,7 @@ class NemoGymRuntime:
         return body
 
     async def start(self, context: RunContext) -> RunHandle:
-        body = self.run_body(context)
+        body = jsonutil.dumps(self.run_body(context))  # encoded once: sent, and kept as it went
         context.trajectory.run_request(body)
         call = asyncio.ensure_future(self._post_run(body, context.trajectory))
         return NemoGymRun(self, call, context.rollout_id)
@@ -137,8 +138,9 @@ class NemoGymRuntime:
     def handle_for(self, rollout_id: str, placement: str | None = None) -> RunHandle:
         return NemoGymRun(self, None, rollout_id)  # the cleanup contract's URLs, with this rollout id
 
-    async def _post_run(self, body: dict[str, Any], trajectory: Trajectory) -> dict[str, Any]:
-        async with self.session.post(self._run_url, json=body) as response:
+    async def _post_run(self, body: bytes, trajectory: Trajectory) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        async with self.session.post(self._run_url, data=body, headers=headers) as response:
             raw = await response.read()
             if response.status >= 400:
                 # The body is not quoted: agents echo requests, and the request carries the rollout id.
@@ -149,7 +151,7 @@ class NemoGymRuntime:
             raise AgentRunError("NeMo Gym agent returned a non-JSON response") from None
         if not isinstance(payload, dict):
             raise AgentRunError("NeMo Gym agent response must be a JSON object")
-        trajectory.run_answer(payload)
+        trajectory.run_answer(raw)
         return payload
 
     async def ready(self) -> bool:

@@ -16,35 +16,36 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
-import gzip
-import hashlib
 import json
 import logging
 import os
+import queue
+import sqlite3
 import tempfile
+import threading
 import time
-import urllib.parse
-from collections.abc import Iterable, Mapping
+import zlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from relax_gym_core.observe import CallbackOutcome, Transition, TrialEvent
-from relax_gym_core.protocol import jsonutil
 from relax_gym_core.trajectories.fold import fold_stream, usage_of
 
 logger = logging.getLogger("relax_gym.trajectories")
 
 FORMAT = "relax-gym/trajectory-v1"
 REDACTED = "[redacted]"
+REDACTED_BYTES = REDACTED.encode()
 MIN_SECRET_CHARS = 8  # shorter values ("EMPTY", "x") are no secret, and replacing them would mangle text
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024  # a long SWE trajectory (hundreds of calls over a 32K context) fits
-SWEEP_EVERY = 256  # writes between two sweeps of expired files
+SWEEP_EVERY = 4096  # trajectories written between two sweeps of expired ones
+BATCH_S = 0.05  # a finished trial's trajectory is written within this (a read waits for it)
 
 
 def trajectory_path(request_id: str) -> str:
     """Where the trial API serves a trial's trajectory (its snapshot's artifact_ref)."""
-    return f"/v1/trials/{urllib.parse.quote(request_id, safe='')}/trajectory"
+    return f"/v1/trials/{request_id}/trajectory"  # request ids are URL-safe (protocol/types.py)
 
 
 class ModelCall(NamedTuple):
@@ -73,18 +74,17 @@ class Recorder:
         self.request_id = request_id
         self.environment = environment
         self.config = config
-        kept = {secret for secret in secrets if len(secret) >= MIN_SECRET_CHARS}
-        self.secrets = tuple(sorted(kept, key=len, reverse=True))  # longest first: none hides in another
+        self.secrets = tuple(secrets)  # made into what is replaced by the writer thread (secret_bytes)
         self.calls: list[ModelCall] = []
-        self._run: dict[str, Any] = {}
+        self._run: dict[str, bytes] = {}
         self._left = max_bytes
         self._closed = False
 
-    def run_request(self, body: Mapping[str, Any]) -> None:
+    def run_request(self, body: bytes) -> None:
         """The body the environment's /run got."""
         self._run["request"] = body
 
-    def run_answer(self, body: Mapping[str, Any]) -> None:
+    def run_answer(self, body: bytes) -> None:
         """The environment's answer to /run (its output items and the verifier's fields)."""
         self._run["answer"] = body
 
@@ -112,7 +112,7 @@ class Recorder:
                       seconds, attempts, error)
         )  # fmt: skip
 
-    def close(self) -> tuple[dict[str, Any], list[ModelCall], int]:
+    def close(self) -> tuple[dict[str, bytes], list[ModelCall], int]:
         """What was recorded, frozen: later calls are ignored (the writer thread reads it)."""
         self._closed = True
         return dict(self._run), list(self.calls), self._left
@@ -129,67 +129,124 @@ def _parsed(data: bytes) -> Any:
         return data.decode("utf-8", "replace")
 
 
-def _model_call(recorded: ModelCall) -> dict[str, Any]:
-    resource, request, answer, size, status, streamed, seconds, attempts, error = recorded
-    call: dict[str, Any] = {"resource": resource, "status": status, "seconds": round(seconds, 6)}
-    call["attempts"] = attempts
-    if request is None:
-        call["request"] = call["response"] = _cut(size)
-    else:
-        call["request"] = _parsed(request)
-        if answer is not None:
-            text = answer.decode("utf-8", "replace")
-            call["response"] = fold_stream(resource, text) if streamed else _parsed(answer)
-            call["usage"] = usage_of(call["response"])
-    if streamed:
-        call["streamed"] = True
-    if error is not None:
-        call["error"] = error
-    return call
+def secret_bytes(secrets: Iterable[str]) -> tuple[bytes, ...]:
+    """What to replace: each secret long enough to be one, also as JSON writes it (a `"` or `\\` in it is
+    escaped there), longest first so that none hides inside another."""
+    kept = {secret.encode() for secret in secrets if len(secret) >= MIN_SECRET_CHARS}
+    kept |= {json.dumps(s.decode())[1:-1].encode() for s in kept if b'"' in s or b"\\" in s}
+    return tuple(sorted(kept, key=len, reverse=True))
 
 
-def build_document(
-    recorder: Recorder, run: dict[str, Any], calls: list[ModelCall], left: int, status: str
+def _redacted(data: bytes, secrets: tuple[bytes, ...]) -> bytes:
+    for secret in secrets:
+        data = data.replace(secret, REDACTED_BYTES)
+    return data
+
+
+def encode(
+    recorder: Recorder, run: dict[str, bytes], calls: list[ModelCall], left: int, status: str
 ) -> bytes:
-    """The stored document of one trial, as JSON bytes with its secrets replaced (the writer thread)."""
-    model_calls = [_model_call(call) for call in calls]
-    cut_bytes = sum(call.size for call in calls if call.request is None)
+    """One trial's record as stored: a JSON header line, then each kept body's bytes as they came (the
+    writer thread). Nothing is parsed or folded here — that waits for a reader — and each part has the
+    trial's secrets replaced before its length is taken."""
+    secrets = secret_bytes(recorder.secrets)
+    bodies: list[bytes] = []
+    entries = []
+    for call in calls:
+        entry: dict[str, Any] = {"resource": call.resource, "status": call.status, "size": call.size}
+        entry |= {"seconds": round(call.seconds, 6), "attempts": call.attempts}
+        if call.streamed:
+            entry["streamed"] = True
+        if call.error is not None:
+            entry["error"] = call.error
+        for part, body in (("request", call.request), ("answer", call.answer)):
+            if body is not None:
+                kept = _redacted(body, secrets)
+                entry[part] = len(kept)
+                bodies.append(kept)
+        entries.append(entry)
     run_doc: dict[str, Any] = {}
+    cut = sum(call.size for call in calls if call.request is None)
     for key in ("request", "answer"):
         if key in run:
-            data = jsonutil.dumps(run[key])
-            if len(data) <= left:
-                left -= len(data)
-                run_doc[key] = run[key]
+            kept = _redacted(run[key], secrets)
+            if len(kept) <= left:
+                left -= len(kept)
+                run_doc[key] = len(kept)
+                bodies.append(kept)
             else:
-                cut_bytes += len(data)
-                run_doc[key] = _cut(len(data))
-    document: dict[str, Any] = {
+                cut += len(kept)
+                run_doc[key] = _cut(len(kept))
+    header = {
         "format": FORMAT,
         "request_id": recorder.request_id,
         "environment": recorder.environment,
         "config": recorder.config,
         "status": status,
         "run": run_doc,
-        "model_calls": model_calls,
+        "calls": entries,
+        **({"truncated_bytes": cut} if cut else {}),
     }
-    if cut_bytes:
-        document["truncated_bytes"] = cut_bytes
-    text = json.dumps(document, ensure_ascii=False, allow_nan=False, default=str)
-    for secret in recorder.secrets:
-        text = text.replace(secret, REDACTED)
-        escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
-        if escaped != secret:
-            text = text.replace(escaped, REDACTED)
-    return text.encode()
+    head = _redacted(json.dumps(header, ensure_ascii=False, default=str).encode(), secrets)
+    return head + b"\n" + b"".join(bodies)  # the header holds no newline: json.dumps escapes them
+
+
+def decode(blob: bytes) -> dict[str, Any]:
+    """The document a reader gets: bodies parsed, streamed answers folded, usage per call."""
+    head, _, rest = blob.partition(b"\n")
+    header: dict[str, Any] = json.loads(head)
+    offset = 0
+    model_calls = []
+    for entry in header.pop("calls"):
+        call = {key: entry[key] for key in ("resource", "status", "seconds", "attempts") if key in entry}
+        for key in ("streamed", "error"):
+            if key in entry:
+                call[key] = entry[key]
+        if "request" not in entry:
+            call["request"] = call["response"] = _cut(entry["size"])
+        else:
+            call["request"] = _parsed(rest[offset : offset + entry["request"]])
+            offset += entry["request"]
+        if "answer" in entry:
+            answer = rest[offset : offset + entry["answer"]]
+            offset += entry["answer"]
+            streamed = entry.get("streamed", False)
+            call["response"] = (
+                fold_stream(call["resource"], answer.decode("utf-8", "replace"))
+                if streamed
+                else _parsed(answer)
+            )
+            call["usage"] = usage_of(call["response"])
+        model_calls.append(call)
+    header["model_calls"] = model_calls
+    run = header["run"]
+    for key in ("request", "answer"):
+        size = run.get(key)
+        if isinstance(size, int):
+            run[key] = _parsed(rest[offset : offset + size])
+            offset += size
+    return header
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS trajectories (
+    request_id TEXT PRIMARY KEY,
+    ended_at REAL NOT NULL,
+    compressed INTEGER NOT NULL,
+    data BLOB NOT NULL
+)
+"""
+COMPRESS_ABOVE = 16 * 1024  # smaller records are stored as they are: zlib would cost more than it saves
 
 
 class TrajectoryStore:
-    """Every trial's trajectory: recorders while trials run, gzipped files once they end (an Observer).
+    """Every trial's trajectory: recorders while trials run, rows of `trajectories.sqlite3` once they end
+    (an Observer).
 
-    `root` None keeps them in a private temporary directory that goes with the store (a gateway whose
-    trials live in memory). Only the event loop calls begin/recorder/transition/read; the writes and
-    the sweep run in one worker thread.
+    The event loop only hands a finished recorder to a queue; one writer thread takes everything queued
+    so far, encodes it and commits it in one transaction (a trajectory is not acknowledged data: WAL,
+    synchronous=NORMAL), so the cost per trial stays far below a trial's own. `root` None keeps the file
+    in a private temporary directory that goes with the store (a gateway whose trials live in memory).
     """
 
     def __init__(
@@ -204,23 +261,34 @@ class TrajectoryStore:
         if root is None:
             self._temporary = tempfile.TemporaryDirectory(prefix="relax-gym-trajectories-")
             root = Path(self._temporary.name)
-        self.root: Path = root
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path = root / "trajectories.sqlite3"
         self.max_bytes = max_bytes
         self._retention_s = retention_s
         self._max_retained = max_retained
         self._recorders: dict[str, Recorder] = {}
-        self._pending: dict[str, concurrent.futures.Future[None]] = {}
-        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="relax-gym-trajectories")
-        self._writes = 0
+        self._pending: dict[str, int] = {}  # request id -> its place in the queue, until written
+        self._queued = 0
+        self._written = 0  # (read on the loop only; the writer reports through _advance)
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: queue.SimpleQueue[_Finished | None] = queue.SimpleQueue()
+        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # 0600 before SQLite makes it
+        os.close(descriptor)
+        self._writer = threading.Thread(target=self._write_loop, args=(self._connect(),), daemon=True)
+        self._writer.name = "relax-gym-trajectories"
+        self._writer.start()
+        self._readers = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="relax-gym-trajectory-read"
+        )
+        self._reader: sqlite3.Connection | None = None
 
-    def kept(self, request_id: str) -> bool:
-        """A trajectory of this trial is written or being written."""
-        return request_id in self._pending or self.path(request_id).is_file()
-
-    def path(self, request_id: str) -> Path:
-        digest = hashlib.sha256(request_id.encode()).hexdigest()
-        return self.root / digest[:2] / f"{digest}.json.gz"
+    def _connect(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.execute(SCHEMA)
+        return connection
 
     # ---- while a trial runs -------------------------------------------------------------------------
 
@@ -240,77 +308,128 @@ class TrajectoryStore:
         recorder = self._recorders.pop(event.request_id, None)
         if recorder is None:
             return  # it never ran (aborted while queued), or ran before a restart
-        frozen_state = recorder.close()
-        future = self._writer.submit(self._write, recorder, *frozen_state, event.status.value)
-        self._pending[event.request_id] = future
-        future.add_done_callback(functools.partial(self._forget, event.request_id))
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        self._queued += 1
+        self._pending[event.request_id] = self._queued
+        self._queue.put(_Finished(recorder, *recorder.close(), event.status.value, time.time(), self._queued))
 
     def callback(self, outcome: CallbackOutcome) -> None:
         return None
 
-    def _forget(self, request_id: str, future: concurrent.futures.Future[None]) -> None:
-        # Called in the writer thread: a dict pop is atomic, and a newer future for the id is kept.
-        if self._pending.get(request_id) is future:
-            self._pending.pop(request_id, None)
-
     # ---- the writer thread ----------------------------------------------------------------------------
 
-    def _write(
-        self, recorder: Recorder, run: dict[str, Any], calls: list[ModelCall], left: int, status: str
-    ) -> None:
-        try:
-            data = gzip.compress(build_document(recorder, run, calls, left, status), compresslevel=3)
-            path = self.path(recorder.request_id)
-            path.parent.mkdir(mode=0o700, exist_ok=True)
-            temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(data)
-            os.replace(temporary, path)
-        except Exception:
-            logger.warning("trajectory of request_id=%s not written", recorder.request_id, exc_info=True)
-        self._writes += 1
-        if self._writes % SWEEP_EVERY == 0:
-            self.sweep()
+    def _write_loop(self, connection: sqlite3.Connection) -> None:
+        writes = 0
+        while True:
+            batch = [self._queue.get()]
+            if batch[0] is not None:
+                # Let the batch grow first: one wake-up and one transaction per interval, not per trial
+                # (woken per trial, this thread took the GIL from the event loop for every one).
+                time.sleep(BATCH_S)
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            finished = [item for item in batch if item is not None]
+            if finished:
+                self._commit(connection, finished)
+                writes += len(finished)
+                if writes >= SWEEP_EVERY:
+                    writes = 0
+                    self._sweep(connection, time.time())
+            if None in batch:
+                connection.close()
+                return
 
-    def sweep(self, now: float | None = None) -> int:
-        """Delete files past the retention (their trials are forgotten), then the oldest beyond
-        max_retained. Returns how many went."""
-        horizon = (now if now is not None else time.time()) - self._retention_s
-        files: list[tuple[float, Path]] = []
-        for path in self.root.glob("*/*.json.gz"):
-            with contextlib.suppress(OSError):
-                files.append((path.stat().st_mtime, path))
-        files.sort()
-        excess = max(0, len(files) - self._max_retained)
-        gone = 0
-        for index, (mtime, path) in enumerate(files):
-            if mtime > horizon and index >= excess:
-                break
-            with contextlib.suppress(OSError):
-                path.unlink()
-                gone += 1
-        return gone
+    def _commit(self, connection: sqlite3.Connection, finished: list[_Finished]) -> None:
+        rows = []
+        for item in finished:
+            try:
+                data = encode(item.recorder, item.run, item.calls, item.left, item.status)
+                compressed = len(data) > COMPRESS_ABOVE
+                rows.append(
+                    (
+                        item.recorder.request_id,
+                        item.ended_at,
+                        compressed,
+                        zlib.compress(data, 1) if compressed else data,
+                    )
+                )
+            except Exception:
+                logger.warning(
+                    "trajectory of request_id=%s not kept", item.recorder.request_id, exc_info=True
+                )
+        try:
+            with connection:
+                connection.execute("BEGIN")
+                connection.executemany("INSERT OR REPLACE INTO trajectories VALUES (?, ?, ?, ?)", rows)
+        except sqlite3.Error:
+            logger.warning("%d trajectories not written", len(rows), exc_info=True)
+        last = finished[-1].sequence
+        for item in finished:
+            if self._pending.get(item.recorder.request_id) == item.sequence:
+                self._pending.pop(item.recorder.request_id, None)
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
+                self._loop.call_soon_threadsafe(self._advance, last)
+
+    def _advance(self, written: int) -> None:
+        """On the loop: everything queued up to `written` is in the file; wake the readers waiting."""
+        self._written = max(self._written, written)
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    def _sweep(self, connection: sqlite3.Connection, now: float) -> None:
+        """Forget trajectories past the retention (their trials are forgotten), then the oldest beyond
+        max_retained."""
+        with contextlib.suppress(sqlite3.Error), connection:
+            connection.execute("BEGIN")
+            connection.execute("DELETE FROM trajectories WHERE ended_at <= ?", (now - self._retention_s,))
+            connection.execute(
+                "DELETE FROM trajectories WHERE request_id IN (SELECT request_id FROM trajectories "
+                "ORDER BY ended_at DESC LIMIT -1 OFFSET ?)",
+                (self._max_retained,),
+            )
 
     # ---- reading --------------------------------------------------------------------------------------
 
     async def read(self, request_id: str) -> dict[str, Any] | None:
-        """The stored document of a trial that ended (after its write, if that is under way), or None."""
-        pending = self._pending.get(request_id)
-        if pending is not None:
-            await asyncio.wrap_future(pending)
-        return await asyncio.to_thread(self._read, request_id)
+        """The document of a trial that ended (after its write, if that is under way), or None."""
+        sequence = self._pending.get(request_id)
+        while sequence is not None and self._written < sequence:
+            await self._wake.wait()
+        return await asyncio.wrap_future(self._readers.submit(self._read, request_id))
 
     def _read(self, request_id: str) -> dict[str, Any] | None:
-        try:
-            data = gzip.decompress(self.path(request_id).read_bytes())
-        except FileNotFoundError:
+        if self._reader is None:
+            self._reader = self._connect()
+        row = self._reader.execute(
+            "SELECT compressed, data FROM trajectories WHERE request_id = ?", (request_id,)
+        ).fetchone()
+        if row is None:
             return None
-        document: dict[str, Any] = json.loads(data)
-        return document
+        compressed, data = row
+        return decode(zlib.decompress(data) if compressed else data)
 
     async def close(self) -> None:
         """Finish every write under way; a temporary root goes with the store."""
-        await asyncio.to_thread(self._writer.shutdown, wait=True)
+        self._queue.put(None)
+        await asyncio.to_thread(self._writer.join)
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            await asyncio.wrap_future(self._readers.submit(reader.close))
+        self._readers.shutdown(wait=True)
         if self._temporary is not None:
             self._temporary.cleanup()
+
+
+class _Finished(NamedTuple):
+    recorder: Recorder
+    run: dict[str, bytes]
+    calls: list[ModelCall]
+    left: int
+    status: str
+    ended_at: float
+    sequence: int

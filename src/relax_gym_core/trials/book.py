@@ -240,15 +240,16 @@ class TrialBook:
 
     # ---- finish -------------------------------------------------------------------------------------
 
-    def complete(self, request_id: str, result: RunResult) -> bool:
-        """Record a run that finished on its own. False if something else already won."""
+    def complete(self, request_id: str, result: RunResult, *, artifact_ref: str | None = None) -> bool:
+        """Record a run that finished on its own (`artifact_ref` stands in when the result names none).
+        False if something else already won."""
         trial = self._store.get(request_id)
         if trial is None or trial.phase is not Phase.ACTIVE or trial.status is not TrialStatus.RUNNING:
             return False
         trial.status = result.status
         trial.reward = result.reward
         trial.metrics = result.metrics
-        trial.artifact_ref = result.artifact_ref
+        trial.artifact_ref = result.artifact_ref or artifact_ref
         trial.error = result.error
         self._to_terminal(trial)
         return True

@@ -12,7 +12,6 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import anyio
-import attrs
 from attrs import frozen
 
 from relax_gym_core.errors import EnvironmentFailure, RolloutUnavailableError, StoreUnavailableError
@@ -156,16 +155,7 @@ class TrialService:
         return self.book.snapshot(trial), created
 
     def get(self, request_id: str) -> TrialSnapshot:
-        snapshot = self.book.snapshot(self.book.get(request_id))
-        # The environment's own artifact comes first; else the trajectory, once there is one.
-        if (
-            self.trajectories is not None
-            and snapshot.artifact_ref is None
-            and snapshot.status.is_terminal
-            and self.trajectories.kept(request_id)
-        ):
-            return attrs.evolve(snapshot, artifact_ref=trajectory_path(request_id))
-        return snapshot
+        return self.book.snapshot(self.book.get(request_id))
 
     async def written(self, request_id: str) -> None:
         """Wait until this trial's state so far is durable; answer anyone about it only then."""
@@ -344,7 +334,9 @@ class TrialService:
             detail = exc.kind if isinstance(exc, EnvironmentFailure) else None
             self._after_cancel(trial, self.book.begin_cancel(request_id, Cause.AGENT_ERROR, detail=detail))
             return
-        if self.book.complete(request_id, result):
+        # The environment's own artifact comes first; else the trajectory is the trial's artifact.
+        artifact_ref = trajectory_path(request_id) if self.trajectories is not None else None
+        if self.book.complete(request_id, result, artifact_ref=artifact_ref):
             outcome = await self._release(self._handles.pop(request_id, None))
             self.book.finish_cleanup(request_id, outcome)
             self._dispatch(trial.env)
