@@ -97,7 +97,8 @@ async def test_trial_completes_with_the_echo_reward(gateway: GatewayProcess, mak
                 # The gateway kept the trial's trajectory: Relax's rollout logs can point at it.
                 "artifact_ref": f"/v1/trials/{request.request_id}/trajectory",
                 "reward_components": {"exact": 1},
-            }
+            },
+            "rollout_stop_reason": "completed",  # Relax's rollout logging buckets it
         },
     }
 

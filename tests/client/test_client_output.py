@@ -74,8 +74,20 @@ def test_rewards_pass_through(snap: Any, reward: Any) -> None:
     output = build_output(snap("truncated", reward=reward, metrics={"turns": 3}))
     assert output == {
         "reward": reward,
-        "metadata": {"nemo_gym": {"request_id": RID, "status": "truncated", "metrics": {"turns": 3}}},
+        "metadata": {
+            "nemo_gym": {"request_id": RID, "status": "truncated", "metrics": {"turns": 3}},
+            "rollout_stop_reason": "max_turns",  # truncated by the environment, in Relax's categories
+        },
     }
+
+
+def test_trajectory_counts_ride_as_numbers_relax_logs(snap: Any) -> None:
+    counts = {"model_calls": 3, "agent_turns": 3, "tool_calls": 2, "tool_outputs": 2, "input_tokens": 90}
+    output = build_output(snap(reward=1.0), {**counts, "output_tokens": None, "model_stop_reason": "stop"})
+    metadata = output["metadata"]
+    assert {key: metadata[key] for key in counts} == counts
+    assert "output_tokens" not in metadata and "model_stop_reason" not in metadata  # numbers only
+    assert metadata["rollout_stop_reason"] == "completed"
 
 
 def test_scalar_reward_is_unwrapped(snap: Any) -> None:

@@ -72,7 +72,11 @@ def test_success_writes_the_output_file(gateway: GatewayProcess, session: Any, s
                 "status": "completed",
                 "metrics": {"echo": True},
                 "artifact_ref": f"/v1/trials/{request_id}/trajectory",  # the gateway kept its trajectory
-            }
+            },
+            "rollout_stop_reason": "completed",
+            # The trajectory's counts, as numbers Relax logs as metrics (this echo trial asked no model).
+            **dict.fromkeys(("model_calls", "agent_turns", "tool_calls", "tool_outputs"), 0),
+            **dict.fromkeys(("input_tokens", "output_tokens"), 0),
         },
     }
     assert sorted(p.name for p in io_dir.iterdir()) == ["session_input.json", "session_output.json"]

@@ -148,6 +148,11 @@ READERS: dict[str, Reader] = {
     "RELAX_GYM_TRIAL_RETENTION_S": Reader(
         _setting("retention_s"), lambda: GatewaySettings(environments=()).retention_s, "44"
     ),
+    "RELAX_GYM_TRAJECTORY_MAX_BYTES": Reader(
+        _setting("trajectory_max_bytes"),
+        lambda: GatewaySettings(environments=()).trajectory_max_bytes,
+        "1000",
+    ),
     # mentioned in passing elsewhere in the README
     "NEMO_GYM_LEASE_SCAN_INTERVAL_S": Reader(
         _setting("scan_interval_s"), lambda: GatewaySettings(environments=()).scan_interval_s, "0.75"

@@ -4,13 +4,15 @@ exist (embedded, and as PNG files beside it) and whose numbers are summary.json'
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
 
 from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
 
-from .conftest import check_report_numbers, echo_row, pngs, relax_gym, write_rows
+from .conftest import SECRET, check_report_numbers, echo_row, pngs, relax_gym, write_rows
 
 pytestmark = pytest.mark.e2e  # the real CLI
 
@@ -29,7 +31,8 @@ def test_report_of_a_rollout_shows_its_summary_and_plots(
     out = tmp_path / "run"
     rollout = relax_gym(
         "rollout", "echo", "--data", str(data), "--policy", policy.base_url, "--repeats", "2",
-        "--out", str(out), "--gateway", echo_gateway.url,
+        "--out", str(out), "--gateway", echo_gateway.url, "--api-key-env", "POLICY_KEY",
+        env={**os.environ, "POLICY_KEY": SECRET},
     )  # fmt: skip
     assert rollout.returncode == 0, rollout.stderr
 
@@ -44,7 +47,20 @@ def test_report_of_a_rollout_shows_its_summary_and_plots(
         assert png.startswith(PNG)
         assert (out / "report_files" / f"{name}.png").read_bytes() == png
     assert "agent_error" in page  # the failed trials are listed with their failure
-    assert 'src="http' not in page and "<script" not in page  # nothing to fetch: no server needed
+    assert 'src="http' not in page and "<script src" not in page  # nothing to fetch: no server needed
+
+    # Every trial links to its page, which shows its conversation the way people read one.
+    links = re.findall(r"href='(report_files/trials/[^']+)'", page)
+    assert {link.rsplit("/", 1)[1] for link in links} == {
+        f"{row}-{k}.html" for row in (1, 2, 3) for k in (1, 2)
+    }
+    assert all((out / link).is_file() for link in links)
+    half = (out / "report_files" / "trials" / "2-1.html").read_text()
+    turns = re.findall(r"<div class='turn (\w+)'><div class=who>[^<]*</div><pre>([^<]*)</pre>", half)
+    assert turns == [("user", "half"), ("assistant", "ok")]  # the Messages call's request and answer
+    crash = (out / "report_files" / "trials" / "3-1.html").read_text()
+    assert "class=failed>agent_error" in crash and "env_error:agent_error" in crash
+    assert "href='../../report.html'" in crash
 
 
 def test_report_of_something_else_is_one_clear_line(tmp_path: Path) -> None:

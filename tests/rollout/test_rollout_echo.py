@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
+from relax_gym_core.rollout.store import load_trajectories
 from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy, serve_in_thread
 
 from .conftest import SECRET, echo_row, metric, relax_gym, start_relax_gym, trial_lines, write_rows
@@ -72,11 +74,24 @@ def test_every_row_runs_k_times_and_failures_stay_out_of_the_mean(
     assert summary["overall"]["mean_reward"] == pytest.approx(0.5)
     assert "mean reward 0.500 over 9 scored" in result.stdout
 
+    # Each trial's trajectory is kept beside its line, and the line says what it amounts to.
+    trajectories = load_trajectories(out)
+    assert set(trajectories) == {line["request_id"] for line in lines}
+    asked = [line for line in lines if line["row"] == 3]
+    assert {(line["agent_turns"], line["input_tokens"], line["output_tokens"]) for line in asked} == {
+        (2, 22, 14)
+    }
+    assert all(len(trajectories[line["request_id"]]["model_calls"]) == 2 for line in asked)
+    assert {line["stop_reason"] for line in crashed} == {"env_error:agent_error"}
+    assert {line["stop_reason"] for line in lines if line["row"] != 4} == {"completed"}
+    assert echo["agent_turns"]["max"] == 2 and echo["tokens"]["max"] == 36
+
     # The key went to the policy (through the gateway's bridge) and nowhere else.
     bridged = policy.model_requests()[calls_before:]
     assert len(bridged) == 6 and {request.bearer for request in bridged} == {SECRET}
     for path in out.iterdir():
-        assert SECRET not in path.read_text(), path
+        data = path.read_bytes()
+        assert SECRET.encode() not in (gzip.decompress(data) if path.suffix == ".gz" else data), path
     assert SECRET not in result.stdout + result.stderr
 
 

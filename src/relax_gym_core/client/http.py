@@ -222,6 +222,22 @@ class GatewayClient:
                 raise TimeoutError(f"trial {request_id!r}: cleanup still pending after {timeout_s:g} s")
             await self._sleep(self.options.poll_interval_s)
 
+    async def trajectory(self, request_id: str) -> dict[str, Any] | None:
+        """The trial's trajectory (GET /v1/trials/{id}/trajectory) once it has ended; None when the
+        gateway kept none (off, never ran, expired)."""
+        try:
+            response = await self._call(
+                "trajectory",
+                "GET",
+                _trial_path(request_id) + "/trajectory",
+                policy=self._policy(None),
+                trial_op=True,
+            )
+        except TrialGoneError:
+            return None
+        document = self._json(response, "trajectory")
+        return document if isinstance(document, dict) else None
+
     async def renew(self, request_id: str, *, retry_until: float | None = None) -> None:
         await self._call(
             "renew",

@@ -13,10 +13,12 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import anyio
 
 from relax_gym_core.client.exceptions import ClientConfigError, TrialCancelledError
+from relax_gym_core.client.http import GatewayClient
 from relax_gym_core.client.output import build_output, write_output
 from relax_gym_core.client.settings import ClientSettings
 from relax_gym_core.client.trial import run_trial
@@ -37,11 +39,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _run_session(request: CreateTrialRequest, settings: ClientSettings) -> TrialSnapshot:
-    """Run the trial with SIGTERM/SIGINT wired to its stop event; a TrialCancelledError names the signal."""
+async def _run_session(
+    request: CreateTrialRequest, settings: ClientSettings
+) -> tuple[TrialSnapshot, dict[str, Any] | None]:
+    """Run the trial with SIGTERM/SIGINT wired to its stop event; a TrialCancelledError names the signal.
+    Returns its terminal snapshot and its trajectory's counts (None when the gateway kept none)."""
     stop = anyio.Event()
     received: list[int] = []
     snapshot: TrialSnapshot | None = None
+    counts: dict[str, Any] | None = None
     error: Exception | None = None
     with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
 
@@ -53,13 +59,11 @@ async def _run_session(request: CreateTrialRequest, settings: ClientSettings) ->
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch)
             try:
-                snapshot = await run_trial(
-                    request,
-                    gateway_url=settings.gateway_url,
-                    options=settings.options,
-                    stop=stop,
-                    api_token=settings.api_token,
-                )
+                async with GatewayClient(
+                    settings.gateway_url, options=settings.options, api_token=settings.api_token
+                ) as client:
+                    snapshot = await run_trial(request, client=client, stop=stop)
+                    counts = await _counts(client, request.request_id)
             except Exception as exc:  # noqa: BLE001 - re-raised below, outside the task group
                 error = exc
             finally:
@@ -69,7 +73,17 @@ async def _run_session(request: CreateTrialRequest, settings: ClientSettings) ->
             error.signum = received[0]
         raise error
     assert snapshot is not None
-    return snapshot
+    return snapshot, counts
+
+
+async def _counts(client: GatewayClient, request_id: str) -> dict[str, Any] | None:
+    """The trial's trajectory counts; None when there are none to be had (the output is written anyway)."""
+    try:
+        document = await client.trajectory(request_id)
+    except RelaxGymError:
+        return None
+    counts = document.get("counts") if document is not None else None
+    return counts if isinstance(counts, dict) else None
 
 
 def _path(explicit: str | None, environ: Mapping[str, str], name: str, flag: str) -> str:
@@ -87,8 +101,8 @@ def run(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = N
         output_path = _path(args.output_json, environ, "RELAX_OUTPUT_JSON", "--output-json")
         settings = ClientSettings.from_env(environ)
         request = build_create_request(read_session_input(input_path), settings)
-        snapshot = anyio.run(_run_session, request, settings)
-        if not write_output(output_path, build_output(snapshot)):
+        snapshot, counts = anyio.run(_run_session, request, settings)
+        if not write_output(output_path, build_output(snapshot, counts)):
             # Still exit 0: Relax removes the directory when it cancels a session, and expects no result.
             _say(
                 "RELAX_OUTPUT_JSON's directory no longer exists (Relax removes it when it cancels a "

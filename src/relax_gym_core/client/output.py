@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -51,8 +52,29 @@ def check_terminal(snapshot: TrialSnapshot) -> TrialSnapshot:
     raise ProtocolError(f"Trial {snapshot.request_id} is not terminal (status {snapshot.status.value})")
 
 
-def build_output(snapshot: TrialSnapshot) -> dict[str, Any]:
-    """The Relax output object {"reward": ..., "metadata": {"nemo_gym": {...}}} of an exportable trial."""
+def stop_reason(snapshot: TrialSnapshot) -> str:
+    """Why the trial stopped, in the categories Relax's rollout logging buckets (`rollout_stop_reason`):
+    completed, max_turns (the environment truncated the episode), budget_exhausted (its deadline), or
+    env_error:<kind> (any other failure, by its kind or code)."""
+    if snapshot.status is TrialStatus.COMPLETED:
+        return "completed"
+    if snapshot.status is TrialStatus.TRUNCATED:
+        return "max_turns"
+    error = snapshot.error or {}
+    code = next((str(error[k]) for k in ("kind", "code") if isinstance(error.get(k), str)), None)
+    if code == "deadline_exceeded":
+        return "budget_exhausted"
+    return f"env_error:{code or snapshot.status.value}"
+
+
+# A trajectory's counts the output carries as numbers at the top of its metadata, where Relax's rollout
+# logging takes every numeric key as a metric (`tool_calls/mean`, ...).
+LOGGED_COUNTS = ("model_calls", "agent_turns", "tool_calls", "tool_outputs", "input_tokens", "output_tokens")
+
+
+def build_output(snapshot: TrialSnapshot, counts: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Relax output object {"reward": ..., "metadata": {"nemo_gym": {...}, "rollout_stop_reason": ...,
+    <counts>}} of an exportable trial; `counts` are its trajectory's (GET .../trajectory), when kept."""
     if snapshot.status not in EXPORTABLE:
         raise ProtocolError(f"Cannot materialize non-success terminal status: {snapshot.status.value}")
     if snapshot.reward is None:
@@ -83,7 +105,12 @@ def build_output(snapshot: TrialSnapshot) -> dict[str, Any]:
             reward = float(scalar)
     if snapshot.cleanup is not None:
         nemo_gym["cleanup"] = snapshot.cleanup.value
-    return {"reward": reward, "metadata": {"nemo_gym": nemo_gym}}
+    metadata: dict[str, Any] = {"nemo_gym": nemo_gym, "rollout_stop_reason": stop_reason(snapshot)}
+    for key in LOGGED_COUNTS:
+        value = (counts or {}).get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            metadata[key] = value
+    return {"reward": reward, "metadata": metadata}
 
 
 def write_output(path: str | os.PathLike[str], payload: Any) -> bool:

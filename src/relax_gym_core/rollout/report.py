@@ -26,8 +26,9 @@ from attrs import frozen
 from relax_gym_core.errors import ConversionError
 from relax_gym_core.jsonl import atomic_output
 from relax_gym_core.rollout import plots
-from relax_gym_core.rollout.store import RUN_FILE, SUMMARY_FILE, load_trials, read_run
+from relax_gym_core.rollout.store import RUN_FILE, SUMMARY_FILE, load_trajectories, load_trials, read_run
 from relax_gym_core.rollout.summary import is_scored, summarize
+from relax_gym_core.rollout.trial_view import trial_page
 
 SLOWEST = 10
 MAX_LISTED = 200
@@ -132,7 +133,7 @@ def _metrics(stats: Mapping[str, Any]) -> list[tuple[str, Any]]:
         for key in ("trials", "rows", "scored", "infra_failures", "mean_reward", "reward_stdev")
     ]
     found += [(f"pass_at_k.{k}", value) for k, value in stats.get("pass_at_k", {}).items()]
-    for group in ("latency_s", "model_calls"):
+    for group in ("latency_s", "model_calls", "agent_turns", "tokens"):
         for key in ("mean", "p50", "p90", "p99", "max"):
             found.append((f"{group}.{key}", (stats.get(group) or {}).get(key)))
     found += [
@@ -159,9 +160,22 @@ def _summary_table(environment: str, runs: Sequence[Run]) -> str:
     return _table(headers, rows)
 
 
-def _trial_row(run: Run, record: Mapping[str, Any], *, error: bool) -> str:
+def page_name(record: Mapping[str, Any]) -> str:
+    """The trial page of a (row, repeat): one page shows it in every run of the report."""
+    return f"{record.get('row')}-{record.get('repeat')}.html"
+
+
+def _open(record: Mapping[str, Any], pages: str | None) -> str:
+    if pages is None:
+        return "<td></td>"
+    href = html.escape(f"{pages}/trials/{page_name(record)}", quote=True)
+    return f"<td><a href='{href}'>open</a></td>"
+
+
+def _trial_row(run: Run, record: Mapping[str, Any], *, error: bool, pages: str | None = None) -> str:
     timings = record.get("timings") or {}
     cells = [
+        _open(record, pages),
         _cell(run.label),
         _cell(record.get("row")),
         _cell(record.get("repeat")),
@@ -180,21 +194,38 @@ def _trial_row(run: Run, record: Mapping[str, Any], *, error: bool) -> str:
     return f"<tr>{''.join(cells)}</tr>"
 
 
-TRIAL_HEADERS = ["run", "row", "repeat", "environment", "status", "reward", "seconds", "model calls"]
+TRIAL_HEADERS = ["", "run", "row", "repeat", "environment", "status", "reward", "seconds", "model calls"]
+MAX_PAGED = 2_000  # trials listed (with a page each) under "Trials"; the tables above list theirs anyway
+FILTER = """<p>Show: <button onclick="only('')">all</button> <button onclick="only('failed')">failed</button>
+<button onclick="only('zero')">reward 0</button> <button onclick="only('slow')">slowest</button></p>
+<script>function only(k){for(const r of document.querySelectorAll('#trials tr[data-k]'))
+r.style.display=(!k||r.dataset.k.split(' ').includes(k))?'':'none'}</script>"""
 
 
-def _trial_lists(runs: Sequence[Run]) -> str:
-    def seconds(record: Mapping[str, Any]) -> float:
-        value = (record.get("timings") or {}).get("total_s")
-        return float(value) if isinstance(value, int | float) else 0.0
+def _seconds(record: Mapping[str, Any]) -> float:
+    value = (record.get("timings") or {}).get("total_s")
+    return float(value) if isinstance(value, int | float) else 0.0
 
+
+def paged(runs: Sequence[Run]) -> dict[str, list[dict[str, Any]]]:
+    """The trials that get a page, by run label: the slowest, the failed, and the first MAX_PAGED."""
+    chosen: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        slow = sorted(run.records, key=_seconds, reverse=True)[:SLOWEST]
+        failed = [record for record in run.records if not is_scored(record)][:MAX_LISTED]
+        keep = {id(record): record for record in (*run.records[:MAX_PAGED], *slow, *failed)}
+        chosen[run.label] = list(keep.values())
+    return chosen
+
+
+def _trial_lists(runs: Sequence[Run], pages: str | None) -> str:
     slow = [
-        _trial_row(run, record, error=False)
+        _trial_row(run, record, error=False, pages=pages)
         for run in runs
-        for record in sorted(run.records, key=seconds, reverse=True)[:SLOWEST]
+        for record in sorted(run.records, key=_seconds, reverse=True)[:SLOWEST]
     ]
     failed = [
-        _trial_row(run, record, error=True)
+        _trial_row(run, record, error=True, pages=pages)
         for run in runs
         for record in [record for record in run.records if not is_scored(record)][:MAX_LISTED]
     ]
@@ -206,7 +237,26 @@ def _trial_lists(runs: Sequence[Run]) -> str:
         parts.append(_table([*TRIAL_HEADERS, "failure kind", "error", "request id"], failed))
     else:
         parts.append("<p>None: every trial ended with a reward.</p>")
+    if pages is not None:
+        parts.append(_all_trials(runs, pages))
     return "".join(parts)
+
+
+def _all_trials(runs: Sequence[Run], pages: str) -> str:
+    """Every trial (up to MAX_PAGED a run), each linked to its page, with filters."""
+    rows = []
+    for run in runs:
+        cut = sorted(_seconds(r) for r in run.records)[-max(1, len(run.records) // 10)] if run.records else 0
+        for record in run.records[:MAX_PAGED]:
+            tags = ["failed"] if not is_scored(record) else ["zero"] if record.get("reward") == 0 else []
+            tags += ["slow"] if run.records and _seconds(record) >= cut else []
+            row = _trial_row(run, record, error=False, pages=pages)
+            rows.append(row.replace("<tr>", f"<tr data-k='{' '.join(tags)}'>", 1))
+    more = sum(max(0, len(run.records) - MAX_PAGED) for run in runs)
+    note = f"<p>The first {MAX_PAGED:,} of each run are listed ({more:,} more not).</p>" if more else ""
+    return f"<h2 id=trials>Trials</h2>{FILTER}{note}" + _table(TRIAL_HEADERS, rows).replace(
+        "<table>", "<table id=trials>", 1
+    )
 
 
 def _row_means(run: Run) -> dict[int, tuple[str, float]]:
@@ -361,7 +411,8 @@ def _runs_table(runs: Sequence[Run]) -> str:
     return _table(headers, rows)
 
 
-def render(runs: Sequence[Run], images: Sequence[Plot]) -> str:
+def render(runs: Sequence[Run], images: Sequence[Plot], pages: str | None = None) -> str:
+    """The report page; `pages` is the folder of the trial pages, beside it (None: no trial pages)."""
     environments = sorted({name for run in runs for name in run.summary["environments"]})
     body = [
         f"<h1>relax-gym rollout report: {' vs '.join(html.escape(run.label) for run in runs)}</h1>",
@@ -382,7 +433,7 @@ def render(runs: Sequence[Run], images: Sequence[Plot]) -> str:
         body.append(f"<h2>Failures by kind</h2>{overall}")
     if len(runs) == 2:
         body.append(_row_differences(runs[0], runs[1]))
-    body.append(_trial_lists(runs))
+    body.append(_trial_lists(runs, pages))
     return (
         "<!doctype html><html><head><meta charset=utf-8><title>relax-gym rollout report</title>"
         f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n"
@@ -417,13 +468,37 @@ def report(directories: Sequence[str], *, output: str | None = None) -> str:
         Path(output) if output else runs[0].directory / ("compare.html" if len(runs) == 2 else "report.html")
     )
     images = list(_plots(runs))
-    document = render(runs, images)
+    files = target.stem + "_files"
+    document = render(runs, images, pages=files)
+    chosen = paged(runs)
     try:
-        with _replaced_directory(target.with_name(target.stem + "_files")) as folder:
+        with _replaced_directory(target.with_name(files)) as folder:
             for plot in images:
                 (folder / f"{plot.stem}.png").write_bytes(plot.png)
+            written = _write_pages(folder / "trials", runs, chosen, back=f"../../{target.name}")
             with atomic_output(target) as sink:
                 sink.write(document.encode())
     except OSError as exc:
         raise ConversionError(f"cannot write {target}: {exc.strerror or exc}") from None
-    return f"wrote {target} ({len(images)} plots, also in {target.stem}_files/)"
+    return f"wrote {target} ({len(images)} plots and {written} trial pages, in {files}/)"
+
+
+def _write_pages(
+    folder: Path, runs: Sequence[Run], chosen: Mapping[str, list[dict[str, Any]]], *, back: str
+) -> int:
+    """One page per (row, repeat) chosen in any run, showing it in every run (side by side for two)."""
+    folder.mkdir()
+    keys = {(r["row"], r["repeat"]) for records in chosen.values() for r in records}
+    by_key = [{(r["row"], r["repeat"]): r for r in run.records} for run in runs]
+    wanted = [{str(by[k]["request_id"]) for k in keys if k in by} for by in by_key]
+    documents = [load_trajectories(run.directory, ids) for run, ids in zip(runs, wanted, strict=True)]
+    for row, repeat in sorted(keys):
+        sides = []
+        for run, by, found in zip(runs, by_key, documents, strict=True):
+            record = by.get((row, repeat))
+            document = found.get(str(record["request_id"])) if record is not None else None
+            sides.append((run.label, record, document))
+        title = f"row {row}, repeat {repeat}"
+        page = trial_page(title, sides, back=back)
+        (folder / page_name({"row": row, "repeat": repeat})).write_text(page)
+    return len(keys)

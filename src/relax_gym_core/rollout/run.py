@@ -29,6 +29,7 @@ from relax_gym_core.client import (
     run_trial,
 )
 from relax_gym_core.client.exceptions import TrialGoneError
+from relax_gym_core.client.output import stop_reason
 from relax_gym_core.errors import GatewayRequestError, ProtocolError, RelaxGymError
 from relax_gym_core.protocol import (
     PROTOCOL_VERSION,
@@ -43,6 +44,7 @@ from relax_gym_core.protocol import (
 from relax_gym_core.rollout.data import DataRow
 from relax_gym_core.rollout.live import Progress
 from relax_gym_core.rollout.policy import Policy, oracle_token
+from relax_gym_core.rollout.store import TRAJECTORY
 
 CLEANUP_WAIT_S = 60.0  # how long a trial's slot waits for its cleanup verdict before recording "pending"
 LEASE_S = 60.0
@@ -143,6 +145,9 @@ def _failure_kind(snapshot: TrialSnapshot) -> str | None:
     return None
 
 
+TRAJECTORY_COUNTS = ("agent_turns", "tool_calls", "tool_outputs", "input_tokens", "output_tokens")
+
+
 def make_record(
     trial: Planned,
     request: CreateTrialRequest,
@@ -153,6 +158,7 @@ def make_record(
     failure: tuple[str, str] | None = None,
     model_calls: int | None = None,
     phases: Mapping[str, float] | None = None,
+    trajectory: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One trials.jsonl line (README: "The main job: rollouts and reports" documents every field)."""
     reward: Any = snapshot.reward if snapshot is not None else None
@@ -163,6 +169,10 @@ def make_record(
     kind = failure[0] if failure is not None else _failure_kind(snapshot) if snapshot is not None else None
     if model_calls is None and snapshot is not None and isinstance(snapshot.metrics.get("model_calls"), int):
         model_calls = int(snapshot.metrics["model_calls"])
+    counts = trajectory.get("counts") if trajectory is not None else None
+    counts = counts if isinstance(counts, dict) else {}
+    if model_calls is None and isinstance(counts.get("model_calls"), int):
+        model_calls = counts["model_calls"]
     record: dict[str, Any] = {
         "row": trial.row.line,
         "row_id": trial.row.row_id,
@@ -180,9 +190,14 @@ def make_record(
         "cleanup": snapshot.cleanup.value if snapshot is not None and snapshot.cleanup is not None else None,
         "timings": {"started_at": round(started_at, 3), "total_s": round(total_s, 6), **(phases or {})},
         "model_calls": model_calls,
+        # What the Relax recipes check of a trajectory (None: the gateway kept none).
+        **{key: counts.get(key) for key in TRAJECTORY_COUNTS},
+        "stop_reason": stop_reason(snapshot) if snapshot is not None else "env_error:trial_lost",
     }
     if isinstance(components, dict) and kind is None:
         record["reward_components"] = components
+    if trajectory is not None:
+        record[TRAJECTORY] = {"row": trial.row.line, "repeat": trial.repeat, **trajectory}
     return record
 
 
@@ -264,6 +279,7 @@ class Engine:
             if snapshot is not None:
                 snapshot = await self._settled(snapshot)
             calls, phases = self.take_watch(request.request_id) if self.take_watch else (None, None)
+            trajectory = await self._trajectory(request.request_id) if snapshot is not None else None
             return make_record(
                 trial,
                 request,
@@ -273,7 +289,16 @@ class Engine:
                 failure=failure,
                 model_calls=calls,
                 phases=phases,
+                trajectory=trajectory,
             )
+
+    async def _trajectory(self, request_id: str) -> dict[str, Any] | None:
+        """The trial's trajectory from its gateway; None when it kept none or cannot answer now (the
+        trial's line is written either way)."""
+        try:
+            return await self.client.trajectory(request_id)
+        except RelaxGymError:
+            return None
 
     async def _settled(self, snapshot: TrialSnapshot) -> TrialSnapshot:
         """The snapshot with its cleanup verdict. Most verdicts follow the final status within

@@ -10,12 +10,14 @@ run.json and summary.json are replaced atomically.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import queue
 import secrets
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,10 @@ from relax_gym_core.jsonl import atomic_output
 
 RUN_FILE = "run.json"
 TRIALS_FILE = "trials.jsonl"
+# Each trial's trajectory, as the gateway served it: one gzip member per trial (a JSON line), so appending
+# never rewrites what is there and a kill -9 can tear only the last member (readers stop before it).
+TRAJECTORIES_FILE = "trajectories.jsonl.gz"
+TRAJECTORY = "_trajectory"  # the key a record carries its trajectory under, to the writer (never written)
 SUMMARY_FILE = "summary.json"
 
 type TrialKey = tuple[int, int]  # (row line, repeat)
@@ -152,6 +158,7 @@ class TrialLog:
         except OSError as exc:
             raise ConversionError(f"cannot write {path}: {exc.strerror}") from None
         self._path = path
+        self._trajectories: int | None = None  # opened with the first trajectory
         self._on_durable = on_durable
         self._queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self._handled = threading.Condition()
@@ -176,6 +183,8 @@ class TrialLog:
         self._queue.put(None)
         self._thread.join()
         os.close(self._fd)
+        if self._trajectories is not None:
+            os.close(self._trajectories)
         if self.failure is not None:
             raise ConversionError(f"cannot write {self._path}: {self.failure.strerror or self.failure}")
 
@@ -195,6 +204,16 @@ class TrialLog:
 
     def _write(self, records: list[dict[str, Any]]) -> None:
         try:
+            # A trial's trajectory goes first: a line in trials.jsonl means its trajectory is there too.
+            documents = [document for record in records if (document := record.pop(TRAJECTORY, None))]
+            if documents:
+                if self._trajectories is None:
+                    path = self._path.with_name(TRAJECTORIES_FILE)
+                    self._trajectories = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+                for document in documents:
+                    line = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+                    _write_all(self._trajectories, gzip.compress(line + b"\n", compresslevel=6))
+                os.fsync(self._trajectories)
             for record in records:
                 line = json.dumps(record, separators=(",", ":"), allow_nan=False).encode() + b"\n"
                 _write_all(self._fd, line)
@@ -204,6 +223,32 @@ class TrialLog:
             return
         for record in records:
             self._on_durable(record)
+
+
+def load_trajectories(out: Path, request_ids: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+    """The trajectories a rollout directory holds, by request id (only `request_ids`, when given). A torn
+    last member (a kill -9 while it was written) ends the reading; its trial has no line either."""
+    wanted = set(request_ids) if request_ids is not None else None
+    found: dict[str, dict[str, Any]] = {}
+    path = out / TRAJECTORIES_FILE
+    if not path.exists():
+        return found
+    with gzip.open(path, "rb") as stream:
+        while True:
+            try:
+                line = stream.readline()
+            except (EOFError, gzip.BadGzipFile, zlib.error):
+                break
+            if not line:
+                break
+            try:
+                document = json.loads(line)
+            except ValueError:
+                break
+            request_id = document.get("request_id") if isinstance(document, dict) else None
+            if isinstance(request_id, str) and (wanted is None or request_id in wanted):
+                found[request_id] = document
+    return found
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -75,6 +75,12 @@ def group_stats(
         and isinstance(record["timings"].get("total_s"), int | float)
     ]
     calls = [float(record["model_calls"]) for record in records if isinstance(record.get("model_calls"), int)]
+    turns = [float(record["agent_turns"]) for record in records if isinstance(record.get("agent_turns"), int)]
+    tokens = [
+        float(record["input_tokens"] + record["output_tokens"])
+        for record in records
+        if isinstance(record.get("input_tokens"), int) and isinstance(record.get("output_tokens"), int)
+    ]
     return {
         "trials": len(records),
         "rows": len({record["row"] for record in records}),
@@ -86,6 +92,8 @@ def group_stats(
         "pass_at_k": passes,
         "latency_s": _distribution(latencies),
         "model_calls": _distribution(calls),
+        "agent_turns": _distribution(turns),  # per trial, from the trajectories the gateway kept
+        "tokens": _distribution(tokens),  # input + output, as the model reported them
         "statuses": dict(sorted(Counter(str(record.get("status")) for record in records).items())),
         "cleanup": dict(sorted(Counter(str(record.get("cleanup")) for record in records).items())),
     }

@@ -253,8 +253,12 @@ class TrialService:
         if self.trajectories is None:
             return UNRECORDED
         endpoint = request.model_endpoint
-        # Whatever of these reached a body (agents echo their configuration) is replaced on disk.
-        secrets = (endpoint.api_key, request.session.session_id, trial.rollout_id, *endpoint.headers.values())
+        # Whatever of these reached a body (agents echo their configuration) is replaced on disk. A session
+        # id the request id is made of is no secret to whoever made it (relax-gym rollout does that; Relax
+        # hashes it): replacing it would erase the request id.
+        session = request.session.session_id
+        secrets = (endpoint.api_key, trial.rollout_id, *endpoint.headers.values())
+        secrets += (session,) if session not in trial.request_id else ()
         return self.trajectories.begin(trial.request_id, trial.env[0], trial.env[1], secrets)
 
     def _recover(self) -> None:
