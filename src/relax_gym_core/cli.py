@@ -90,6 +90,14 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reverify(args: argparse.Namespace) -> int:
+    from relax_gym_core.rollout.reverify import reverify  # noqa: PLC0415
+
+    text, same = reverify(args.directory, as_json=args.json)
+    print(text)  # noqa: T201
+    return 0 if same else 1
+
+
 def _add_rollout(commands: Any) -> None:
     rollout = commands.add_parser(
         "rollout",
@@ -146,6 +154,13 @@ def _add_rollout(commands: Any) -> None:
         help="where to write it (default DIR/report.html or DIR/compare.html)",
     )
     report.set_defaults(run=_report)
+    again = commands.add_parser(
+        "reverify",
+        help="re-score a rollout's stored trajectories with the current verifiers (exit 1: a reward changed)",
+    )
+    again.add_argument("directory", metavar="DIR", help="a rollout --out")
+    again.add_argument("--json", action="store_true", help="print every re-scored trial as JSON")
+    again.set_defaults(run=_reverify)
 
 
 def _add_gateway_options(parser: argparse.ArgumentParser) -> None:

@@ -264,3 +264,20 @@ def test_an_oracle_rollout_over_the_catalogue_scores_the_recorded_rewards(
     # The recorded rewards are not all 1: the replay reproduces failures, fractions and game scores too.
     assert {0.0, 1.0, 10.0} <= {trial["reward"] for trial in trials}
     assert any(0.0 < trial["reward"] < 1.0 for trial in trials)
+
+    # The stored trajectories re-score as recorded with the current verifiers, but for one line made to
+    # claim another reward; environments whose verifier reads per-trial state are refused, by name.
+    lines = (tmp_path / "run" / "trials.jsonl").read_text().splitlines()
+    index, claimed = next((i, json.loads(line)) for i, line in enumerate(lines) if '"mcqa"' in line)
+    claimed["reward"] = 1.0 - claimed["reward"]
+    lines[index] = json.dumps(claimed)
+    (tmp_path / "run" / "trials.jsonl").write_text("\n".join(lines) + "\n")
+    again = relax_gym("reverify", "run", "--json", cwd=tmp_path)
+    assert again.returncode == 1, again.stdout + again.stderr  # a reward changed
+    document = json.loads(again.stdout)
+    changed = [r for r in document["rescored"] if r["changed"]]
+    assert [(r["request_id"], r["reward"]) for r in changed] == [
+        (claimed["request_id"], 1.0 - claimed["reward"])
+    ]
+    assert {"mcqa", "mrcr", "xlam_fc"} <= {r["environment"] for r in document["rescored"]}
+    assert "grl_sokoban" in document["refused"] and "cleanup contract" in document["refused"]["grl_sokoban"]

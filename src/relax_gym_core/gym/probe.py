@@ -107,11 +107,16 @@ def probe_environments(
     *,
     python: str | None = None,
     verifier_url: str | None = None,
+    probes: Mapping[str, Sequence[VerifierProbe]] | None = None,
 ) -> dict[str, list[ProbeOutcome]]:
     """The probes of several environments in one server set: each one's resources server (for probes
-    posted to /verify) and, for replays, its agent with a replay model server; one start for them all."""
+    posted to /verify) and, for replays, its agent with a replay model server; one start for them all.
+    `probes` stands in for the plugins' own (by environment): stored answers to re-score, say."""
     definitions = [hooks.environments.get(name) for name in dict.fromkeys(environments)]
-    plans = {definition.name: _plan(definition) for definition in definitions}
+    plans = {
+        definition.name: _plan(definition) if probes is None else _Plan(probes.get(definition.name, ()))
+        for definition in definitions
+    }
     if verifier_url is None:
         startable(d for d in definitions if plans[d.name].replays or plans[d.name].verified)
     if verifier_url is not None:
