@@ -78,3 +78,16 @@ def test_oracle_rollout_scores_the_mix_and_the_report_compares_two_runs(
         "pass-at-k-workplace_assistant",
         "latency-workplace_assistant",
     } <= set(pngs(page))
+
+    # Each line says what its trajectory holds, and the trial pages of the comparison show its tool calls
+    # with their outputs, both runs side by side; reverify refuses: the verifier reads the trial's session.
+    assert all(line["tool_calls"] == line["metrics"]["tool_calls"] for line in trial_lines(trained))
+    assert all(line["tool_outputs"] == line["tool_calls"] and line["agent_turns"] >= 1 for line in lines)
+    side_by_side = (base / "compare_files" / "trials" / "1-1.html").read_text()
+    assert (
+        side_by_side.count("<h2>") == 2
+        and "turn tool_call" in side_by_side
+        and "turn tool_output" in side_by_side
+    )
+    again = relax_gym("reverify", str(base))
+    assert again.returncode == 2 and "cleanup contract is not stateless" in again.stderr, again.stderr
