@@ -40,6 +40,7 @@ REDACTED_BYTES = REDACTED.encode()
 MIN_SECRET_CHARS = 8  # shorter values ("EMPTY", "x") are no secret, and replacing them would mangle text
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024  # a long SWE trajectory (hundreds of calls over a 32K context) fits
 SWEEP_EVERY = 4096  # trajectories written between two sweeps of expired ones
+READ_WAIT_S = 30.0  # how long a read waits for its trajectory to be written
 BATCH_S = 0.05  # a finished trial's trajectory is written within this (a read waits for it)
 
 
@@ -333,12 +334,17 @@ class TrajectoryStore:
                 except queue.Empty:
                     break
             finished = [item for item in batch if item is not None]
-            if finished:
-                self._commit(connection, finished)
-                writes += len(finished)
-                if writes >= SWEEP_EVERY:
-                    writes = 0
-                    self._sweep(connection, time.time())
+            try:
+                if finished:
+                    self._commit(connection, finished)
+                    writes += len(finished)
+                    if writes >= SWEEP_EVERY:
+                        writes = 0
+                        self._sweep(connection, time.time())
+            except Exception:
+                logger.warning("%d trajectories not written", len(finished), exc_info=True)
+                if finished:
+                    self._done(finished)
             if None in batch:
                 connection.close()
                 return
@@ -367,6 +373,10 @@ class TrajectoryStore:
                 connection.executemany("INSERT OR REPLACE INTO trajectories VALUES (?, ?, ?, ?)", rows)
         except sqlite3.Error:
             logger.warning("%d trajectories not written", len(rows), exc_info=True)
+        self._done(finished)
+
+    def _done(self, finished: list[_Finished]) -> None:
+        """Tell the loop these are written (or given up): readers waiting for them go on."""
         last = finished[-1].sequence
         for item in finished:
             if self._pending.get(item.recorder.request_id) == item.sequence:
@@ -398,8 +408,11 @@ class TrajectoryStore:
     async def read(self, request_id: str) -> dict[str, Any] | None:
         """The document of a trial that ended (after its write, if that is under way), or None."""
         sequence = self._pending.get(request_id)
-        while sequence is not None and self._written < sequence:
-            await self._wake.wait()
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + READ_WAIT_S
+        while sequence is not None and self._written < sequence and loop.time() < give_up:
+            with contextlib.suppress(TimeoutError):  # a stuck writer costs a reader this much, never more
+                await asyncio.wait_for(self._wake.wait(), give_up - loop.time())
         return await asyncio.wrap_future(self._readers.submit(self._read, request_id))
 
     def _read(self, request_id: str) -> dict[str, Any] | None:
