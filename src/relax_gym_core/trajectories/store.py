@@ -343,8 +343,8 @@ class TrajectoryStore:
                         self._sweep(connection, time.time())
             except Exception:
                 logger.warning("%d trajectories not written", len(finished), exc_info=True)
-                if finished:
-                    self._done(finished)
+            if finished:
+                self._done(finished)  # after the sweep too: a reader then sees what the batch left
             if None in batch:
                 connection.close()
                 return
@@ -373,7 +373,6 @@ class TrajectoryStore:
                 connection.executemany("INSERT OR REPLACE INTO trajectories VALUES (?, ?, ?, ?)", rows)
         except sqlite3.Error:
             logger.warning("%d trajectories not written", len(rows), exc_info=True)
-        self._done(finished)
 
     def _done(self, finished: list[_Finished]) -> None:
         """Tell the loop these are written (or given up): readers waiting for them go on."""
@@ -418,12 +417,12 @@ class TrajectoryStore:
     def _read(self, request_id: str) -> dict[str, Any] | None:
         if self._reader is None:
             self._reader = self._connect()
-        row = self._reader.execute(
+        rows = self._reader.execute(
             "SELECT compressed, data FROM trajectories WHERE request_id = ?", (request_id,)
-        ).fetchone()
-        if row is None:
+        ).fetchall()  # to the end: no read snapshot stays open
+        if not rows:
             return None
-        compressed, data = row
+        compressed, data = rows[0]
         return decode(zlib.decompress(data) if compressed else data)
 
     async def close(self) -> None:
