@@ -531,25 +531,30 @@ async def inprocess_ledger(count: int) -> list[Row]:
     ]
 
 
+async def http_rate(tag: str, *, state_dir: str | Path, env: dict[str, str] | None = None) -> float:
+    """HTTP lifecycles/s of one real gateway (echo, 64 slots) after a second of warm-up."""
+    specs = {"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 64, "queue_capacity": 64}}
+    with start_gateway(specs, state_dir=state_dir, env=env) as gateway:
+        connections = [await Connection.open(gateway.url) for _ in range(HTTP_LOOPS)]
+        try:
+            await lifecycle_loops(connections, f"warm-{tag}", 1.0)
+            started = time.perf_counter()
+            lifecycles, _ = await lifecycle_loops(connections, tag, HTTP_SECONDS)
+            return lifecycles / (time.perf_counter() - started)
+        finally:
+            for connection in connections:
+                await connection.close()
+
+
 async def http_ledger() -> list[Row]:
     """HTTP lifecycles/s of a real gateway with `--state-dir DIR` and with `--state-dir :memory:`,
     alternated twice (best of each), so background load hits both alike."""
-    specs = {"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 64, "queue_capacity": 64}}
     rates: dict[str, list[float]] = {"memory": [], "ledger": []}
     for attempt in range(2):
         for kind, rate in rates.items():
             with tempfile.TemporaryDirectory(prefix="relax-gym-bench-") as tmp:
                 state_dir: str | Path = Path(tmp) / "state" if kind == "ledger" else ":memory:"
-                with start_gateway(specs, state_dir=state_dir) as gateway:
-                    connections = [await Connection.open(gateway.url) for _ in range(HTTP_LOOPS)]
-                    try:
-                        await lifecycle_loops(connections, f"warm-{kind}-{attempt}", 1.0)
-                        started = time.perf_counter()
-                        lifecycles, _ = await lifecycle_loops(connections, f"{kind}-{attempt}", HTTP_SECONDS)
-                        rate.append(lifecycles / (time.perf_counter() - started))
-                    finally:
-                        for connection in connections:
-                            await connection.close()
+                rate.append(await http_rate(f"{kind}-{attempt}", state_dir=state_dir))
     return [
         share_row(
             f"HTTP lifecycles/s, ledger on disk vs in memory ({HTTP_LOOPS} loops)",
@@ -582,22 +587,12 @@ async def inprocess_trajectories(count: int) -> list[Row]:
 async def http_trajectories() -> list[Row]:
     """HTTP lifecycles/s of a real gateway with its ledger on disk, trajectories on and off, alternated
     three times (best of each)."""
-    specs = {"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 64, "queue_capacity": 64}}
     rates: dict[str, list[float]] = {"off": [], "on": []}
     for attempt in range(3):
         for kind, rate in rates.items():
             with tempfile.TemporaryDirectory(prefix="relax-gym-bench-") as tmp:
                 env = {"RELAX_GYM_TRAJECTORIES": kind}
-                with start_gateway(specs, state_dir=Path(tmp) / "state", env=env) as gateway:
-                    connections = [await Connection.open(gateway.url) for _ in range(HTTP_LOOPS)]
-                    try:
-                        await lifecycle_loops(connections, f"warm-t{kind}-{attempt}", 1.0)
-                        started = time.perf_counter()
-                        done, _ = await lifecycle_loops(connections, f"t{kind}-{attempt}", HTTP_SECONDS)
-                        rate.append(done / (time.perf_counter() - started))
-                    finally:
-                        for connection in connections:
-                            await connection.close()
+                rate.append(await http_rate(f"t{kind}-{attempt}", state_dir=Path(tmp) / "state", env=env))
     on, off = max(rates["on"]), max(rates["off"])
     return [Row(f"HTTP lifecycles/s, trajectories on vs off ({HTTP_LOOPS} loops)",
                 f"{on / off:.0%} ({on:,.0f} / {off:,.0f})", ">= 90% of off", on / off >= 0.9)]  # fmt: skip
