@@ -60,11 +60,18 @@ def stop_reason(snapshot: TrialSnapshot) -> str:
         return "completed"
     if snapshot.status is TrialStatus.TRUNCATED:
         return "max_turns"
+    kind = failure_kind(snapshot)
+    return "budget_exhausted" if kind == "deadline_exceeded" else f"env_error:{kind}"
+
+
+def failure_kind(snapshot: TrialSnapshot) -> str:
+    """What ended a trial that did not finish on its own: its error's kind (an infrastructure failure's
+    name), else its code, else its status."""
     error = snapshot.error or {}
-    code = next((str(error[k]) for k in ("kind", "code") if isinstance(error.get(k), str)), None)
-    if code == "deadline_exceeded":
-        return "budget_exhausted"
-    return f"env_error:{code or snapshot.status.value}"
+    for key in ("kind", "code"):
+        if isinstance(error.get(key), str):
+            return str(error[key])
+    return snapshot.status.value
 
 
 # A trajectory's counts the output carries as numbers at the top of its metadata, where Relax's rollout

@@ -29,7 +29,7 @@ from relax_gym_core.client import (
     run_trial,
 )
 from relax_gym_core.client.exceptions import TrialGoneError
-from relax_gym_core.client.output import stop_reason
+from relax_gym_core.client.output import failure_kind, stop_reason
 from relax_gym_core.errors import GatewayRequestError, ProtocolError, RelaxGymError
 from relax_gym_core.protocol import (
     PROTOCOL_VERSION,
@@ -132,11 +132,7 @@ def _identifiers(error: Mapping[str, Any] | None) -> str | None:
 
 def _failure_kind(snapshot: TrialSnapshot) -> str | None:
     if snapshot.status in (TrialStatus.FAILED, TrialStatus.ABORTED):
-        error = snapshot.error or {}
-        for key in ("kind", "code"):
-            if isinstance(error.get(key), str):
-                return str(error[key])
-        return snapshot.status.value
+        return failure_kind(snapshot)
     reward = snapshot.reward
     if isinstance(reward, dict):
         reward = reward.get("scalar")
