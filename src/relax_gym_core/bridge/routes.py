@@ -65,6 +65,20 @@ class _Answer:
     reply: UpstreamReply | None = None
     error: RelaxGymError | None = None
 
+    @property
+    def status(self) -> int:
+        """The HTTP status the call ended with: the upstream's, or the bridge's own error status."""
+        if self.reply is not None:
+            return self.reply.status
+        return status_for(self.error) if self.error is not None else 500
+
+    @property
+    def attempts(self) -> int:
+        """Upstream attempts made (retries of 5xx included); 0 if none was made."""
+        if self.reply is not None:
+            return self.reply.attempts
+        return self.error.attempts if isinstance(self.error, UpstreamError) else 0
+
 
 def _sse_error(resource: str, message: str, payload: Any = None) -> bytes:
     if resource == "messages":
@@ -261,34 +275,27 @@ class Bridge:
     @staticmethod
     def _record(trajectory: Recorder, resource: str, sent: bytes, answer: _Answer, seconds: float) -> None:
         reply, error = answer.reply, answer.error
-        if reply is not None:
-            streamed = reply.content_type.startswith("text/event-stream")
-            trajectory.model_call(
-                resource, sent, status=reply.status, answer=reply.body, streamed=streamed,
-                seconds=seconds, attempts=reply.attempts,
-            )  # fmt: skip
-        elif error is not None:
-            attempts = error.attempts if isinstance(error, UpstreamError) else 0
-            trajectory.model_call(
-                resource, sent, status=status_for(error), answer=None, streamed=False,
-                seconds=seconds, attempts=attempts, error=str(error),
-            )  # fmt: skip
+        trajectory.model_call(
+            resource,
+            sent,
+            status=answer.status,
+            answer=reply.body if reply is not None else None,
+            streamed=reply is not None and reply.content_type.startswith("text/event-stream"),
+            seconds=seconds,
+            attempts=answer.attempts,
+            error=str(error) if error is not None else None,
+        )
 
     def _observe(self, target: CallbackTarget | None, resource: str, answer: _Answer, seconds: float) -> None:
         environment, config = target.env if target is not None else ("", "")
-        if answer.reply is not None:
-            status, attempts = answer.reply.status, answer.reply.attempts
-        else:
-            status = status_for(answer.error) if answer.error is not None else 500
-            attempts = answer.error.attempts if isinstance(answer.error, UpstreamError) else 0
         self._observers.callback(
             CallbackOutcome(
                 request_id=target.request_id if target is not None else "",
                 environment=environment,
                 config=config,
                 resource=resource,
-                status=status,
-                attempts=attempts,
+                status=answer.status,
+                attempts=answer.attempts,
                 seconds=seconds,
             )
         )
