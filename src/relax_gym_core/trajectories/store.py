@@ -4,11 +4,13 @@ A trial's Recorder is fed while the trial runs — by its runtime (the /run body
 answer) and by the bridge (each model call: the body as sent upstream, the answer, status, time,
 attempts). Feeding it is cheap because the bridge calls it on every model call: it keeps references to
 bytes it was given and counts them against the per-trial cap, past which it keeps only their sizes.
-When the trial ends (the TERMINAL transition: this store is an observer) one writer thread builds the
-document — streamed answers folded, bodies cut to the cap with a marker saying how much, every secret
-of the trial (API key, session id, rollout id) replaced — and writes it gzipped, 0600, by atomic
-rename, under the state directory's `trajectories/`. A trial that was running when the gateway died has
-none. Files go with their trial's record: the sweep deletes those past the ledger's retention.
+When the trial ends (the TERMINAL transition: this store is an observer), it is queued; one writer
+thread takes everything queued every BATCH_S and stores each trial as one row of
+`<state dir>/trajectories/trajectories.sqlite3` (0600): a header, then the bodies as they came, each
+with every secret of the trial (API key, session id, rollout id, header values) replaced — bodies past
+the cap were never kept, and a marker says how much. Nothing is parsed or folded until a reader asks
+(decode). A trial that was running when the gateway died has none. Rows go with their trial's record:
+the sweep deletes those past the ledger's retention, and the oldest beyond max_retained.
 """
 
 from __future__ import annotations
