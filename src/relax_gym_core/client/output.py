@@ -74,9 +74,10 @@ def failure_kind(snapshot: TrialSnapshot) -> str:
     return snapshot.status.value
 
 
-# A trajectory's counts the output carries as numbers at the top of its metadata, where Relax's rollout
-# logging takes every numeric key as a metric (`tool_calls/mean`, ...).
-LOGGED_COUNTS = ("model_calls", "agent_turns", "tool_calls", "tool_outputs", "input_tokens", "output_tokens")
+# A trajectory's counts (the gateway's `counts`) that a trial line records and the output carries as numbers
+# at the top of its metadata, where Relax's rollout logging takes every numeric key as a metric.
+TRAJECTORY_COUNTS = ("agent_turns", "tool_calls", "tool_outputs", "input_tokens", "output_tokens")
+LOGGED_COUNTS = ("model_calls", *TRAJECTORY_COUNTS)
 
 
 def build_output(snapshot: TrialSnapshot, counts: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from attrs import frozen
+from attrs import asdict, frozen
 
 from relax_gym_core.errors import ConfigError, ConversionError
 from relax_gym_core.gym.probe import probe_environments
@@ -131,14 +131,10 @@ def reverify(directory: str, *, as_json: bool = False, python: str | None = None
     same = all(not result.changed for result in results)
     if as_json:
         document = {
-            "rescored": [
-                {**{k: getattr(r, k) for k in ("environment", "row", "repeat", "request_id", "recorded")},
-                 "reward": r.reward, "changed": r.changed, "error": r.error}
-                for r in results
-            ],
+            "rescored": [{**asdict(result), "changed": result.changed} for result in results],
             "refused": refused,
             "without_stored_answer": missing,
-        }  # fmt: skip
+        }
         return json.dumps(document, indent=2), same
     return _text(results, refused, missing), same
 

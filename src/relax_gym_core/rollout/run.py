@@ -29,7 +29,7 @@ from relax_gym_core.client import (
     run_trial,
 )
 from relax_gym_core.client.exceptions import TrialGoneError
-from relax_gym_core.client.output import failure_kind, stop_reason
+from relax_gym_core.client.output import TRAJECTORY_COUNTS, failure_kind, stop_reason
 from relax_gym_core.errors import GatewayRequestError, ProtocolError, RelaxGymError
 from relax_gym_core.protocol import (
     PROTOCOL_VERSION,
@@ -139,9 +139,6 @@ def _failure_kind(snapshot: TrialSnapshot) -> str | None:
     if isinstance(reward, bool) or not isinstance(reward, int | float):
         return "missing_reward"
     return None
-
-
-TRAJECTORY_COUNTS = ("agent_turns", "tool_calls", "tool_outputs", "input_tokens", "output_tokens")
 
 
 def make_record(
