@@ -34,6 +34,7 @@ from relax_gym_core.policies.replay import ReplayPlan
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.rollout.data import example_rows, task_identity
 from relax_gym_core.testing import Gate, RawReply, RecordedRequest, ScriptedReply, reply_text
+from relax_gym_core.testing.processes import run_cli
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 THIN_CLIENT = ("example_multi_step", "example_multi_turn_gymnasium", "math_with_code")
@@ -205,17 +206,6 @@ async def test_an_abort_after_a_tool_call_releases_the_sessions_subprocess(
     assert (counts["sessions"], counts["rollouts"]) == (0, 0)
 
 
-def relax_gym(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "relax_gym_core.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=ROLLOUT_S,
-        check=False,
-    )
-
-
 def expected_rewards() -> dict[str, float]:
     """What each example row must score, by its task: the reward its first scored probe expects."""
     hooks = make_plugin_manager()
@@ -240,11 +230,11 @@ def test_an_oracle_rollout_over_the_catalogue_scores_the_recorded_rewards(
         path = tmp_path / f"{name}.jsonl"
         path.write_text("".join(json.dumps(row) + "\n" for row in example_rows(hooks, name)))
         sources.append(f"{name}={path.name}")
-    mixed = relax_gym("mix", *sources, "--output", "mixed.jsonl", cwd=tmp_path)
+    mixed = run_cli("mix", *sources, "--output", "mixed.jsonl", cwd=tmp_path, timeout_s=ROLLOUT_S)
     assert mixed.returncode == 0, mixed.stderr
-    run = relax_gym(
+    run = run_cli(
         "rollout", "--data", "mixed.jsonl", "--policy", "oracle", "--gateway", stack.url,
-        "--concurrency", "8", "--out", "run", cwd=tmp_path,
+        "--concurrency", "8", "--out", "run", cwd=tmp_path, timeout_s=ROLLOUT_S,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
 
@@ -272,7 +262,7 @@ def test_an_oracle_rollout_over_the_catalogue_scores_the_recorded_rewards(
     claimed["reward"] = 1.0 - claimed["reward"]
     lines[index] = json.dumps(claimed)
     (tmp_path / "run" / "trials.jsonl").write_text("\n".join(lines) + "\n")
-    again = relax_gym("reverify", "run", "--json", cwd=tmp_path)
+    again = run_cli("reverify", "run", "--json", cwd=tmp_path, timeout_s=ROLLOUT_S)
     assert again.returncode == 1, again.stdout + again.stderr  # a reward changed
     document = json.loads(again.stdout)
     changed = [r for r in document["rescored"] if r["changed"]]

@@ -21,6 +21,7 @@ import pytest
 from relax_gym_core.client import ClientOptions, GatewayClient
 from relax_gym_core.plugin import converted_row, make_plugin_manager
 from relax_gym_core.testing import Gate, OracleScript, RecordedRequest, ScriptedReply, reply_text
+from relax_gym_core.testing.processes import run_cli
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
 pytest.importorskip("relax_gym_gsm8k")
@@ -62,24 +63,20 @@ def stack(relax_gym_up: Callable[..., GatewayProcess]) -> GatewayProcess:
     return relax_gym_up(*ENVIRONMENTS, env=JUDGE_OFF)
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "relax_gym_core.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=SAFETY_S,
-        check=False,
-    )
-
-
 def mixed_dataset(tmp_path: Path) -> list[dict[str, Any]]:
     """Upstream's example rows of both environments, converted and mixed by the real commands."""
     for name, rows in (("math", math_rows()), ("workplace", workplace_rows())):
         (tmp_path / f"{name}.raw.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
         env = "math_with_judge" if name == "math" else "workplace_assistant"
         done = run_cli(
-            "convert", env, "--input", f"{name}.raw.jsonl", "--output", f"{name}.jsonl", cwd=tmp_path
+            "convert",
+            env,
+            "--input",
+            f"{name}.raw.jsonl",
+            "--output",
+            f"{name}.jsonl",
+            cwd=tmp_path,
+            timeout_s=SAFETY_S,
         )
         assert done.returncode == 0, done.stderr
     done = run_cli(
@@ -89,6 +86,7 @@ def mixed_dataset(tmp_path: Path) -> list[dict[str, Any]]:
         "--output",
         "mixed.jsonl",
         cwd=tmp_path,
+        timeout_s=SAFETY_S,
     )
     assert done.returncode == 0, done.stderr
     assert "math_with_judge=5 workplace_assistant=5 total=10" in done.stdout

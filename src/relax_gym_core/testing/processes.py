@@ -25,16 +25,21 @@ LOOPBACK_NETWORKS = "127.0.0.1/32,::1/128"  # tests only ever call back to this 
 
 
 def run_cli(
-    *args: str, env: Mapping[str, str] | None = None, timeout_s: float = 300.0
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 300.0,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`relax-gym ARGS...` run to its end, as a user runs it (this interpreter's installation, text
-    output captured, the exit code not checked): for tests of a command's output and errors."""
+    output captured, the exit code not checked), in `cwd` when given: for tests of a command's output and
+    errors. `env` adds to this process's environment."""
     return subprocess.run(  # noqa: S603 - our own interpreter and module
         [sys.executable, "-m", "relax_gym_core.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout_s,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
         check=False,
     )
 
