@@ -221,7 +221,11 @@ def main_class(app: Path) -> str:
     """The class an upstream `app.py` runs: the X of its ``if __name__ == "__main__": X.run_webserver()``
     (parsed, never run)."""
     try:
-        module = ast.parse(app.read_text(encoding="utf-8"), filename=str(app))
+        source = app.read_text(encoding="utf-8")
+        # Only the module's last top-level `if __name__` block is parsed: a whole app.py costs ten times more,
+        # and the catalogue reads every one each time a plugin manager registers it.
+        start = source.rfind("\nif __name__")
+        module = ast.parse(source[start + 1 :] if start >= 0 else source, filename=str(app))
     except (OSError, SyntaxError) as exc:
         raise LookupError(f"{app}: cannot read it ({exc})") from None
     for node in module.body:

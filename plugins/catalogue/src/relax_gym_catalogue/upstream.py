@@ -3,8 +3,10 @@ its config (``resources_servers/<name>/configs/<config>.yaml``), the classes its
 its example rows and its recorded rollouts.
 
 The NeMo Gym tree is found once per process, through the NeMo Gym environment's python (one subprocess,
-relax_gym_core.gym.installed); the YAML is read here with PyYAML, the class a server runs from its
-``app.py`` (servers.main_class: parsed, never imported; the core never imports NeMo Gym).
+relax_gym_core.gym.installed); the YAML is read here with PyYAML (its C loader where built), the class a
+server runs from its ``app.py`` (servers.main_class: parsed, never imported; the core never imports NeMo
+Gym). An installed package does not change under a running process, so each server is read once: every
+plugin manager registers the catalogue, and a test or a CLI run may build several.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ AGENT_KIND = "responses_api_agents"
 RESOURCES_KIND = "resources_servers"
 _LAUNCHER_KEYS = frozenset({"entrypoint", "datasets", "host", "port"})  # the launcher's, not the instance's
 _WIRED_KEYS = frozenset({"resources_server", "model_server"})  # agent_server() wires these itself
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the same documents, eight times faster
 
 
 class UpstreamError(Exception):
@@ -83,7 +86,7 @@ class UpstreamServer:
 
 def _instances(path: Path) -> list[Instance]:
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
     except (OSError, yaml.YAMLError) as exc:
         raise UpstreamError(f"{path}: cannot read it ({exc})") from None
     found = []
@@ -107,6 +110,7 @@ def _example_agent(agents: list[Instance], name: str) -> Instance | None:
     return agents[0] if len(agents) == 1 else None
 
 
+@functools.cache
 def read_server(name: str, config: str | None = None) -> UpstreamServer:
     """The installed files of resources server `name`, with its config `config` (default: `<name>.yaml`,
     else its only one); UpstreamError names the file when something is missing or malformed."""
