@@ -14,6 +14,11 @@ export RELAX_GYM_NEMO_GYM_PYTHON ?= $(abspath $(GYM_VENV))/bin/python
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export RELAX_GYM_UV := $(abspath $(UV))
+# Bytecode is cached under .tools/pycache, outside the source tree and the environments (`make clean` removes
+# it), even where the shell sets PYTHONDONTWRITEBYTECODE: otherwise every process the suite starts (CLI runs,
+# NeMo Gym servers, Ray workers) compiles all it imports again, and NeMo Gym's imports alone cost seconds.
+export PYTHONPYCACHEPREFIX := $(abspath $(TOOLS))/pycache
+unexport PYTHONDONTWRITEBYTECODE
 
 # Plugin distributions (a directory under plugins/ without a pyproject.toml is not one yet).
 PLUGINS := $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml)))

@@ -218,7 +218,8 @@ def _start_cluster(base: str) -> tuple[subprocess.Popen[str], dict[str, Any]] | 
 
 def ray_environ() -> dict[str, str]:
     environ = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    return {**environ, "PYTHONPYCACHEPREFIX": str(PYCACHE), "RAY_USAGE_STATS_ENABLED": "0"}
+    environ.setdefault("PYTHONPYCACHEPREFIX", str(PYCACHE))  # `make test` sets one for every process
+    return {**environ, "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def _close(process: subprocess.Popen[str]) -> None:
