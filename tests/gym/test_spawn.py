@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
 
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.gym.processes import gym_python, run_gym_servers, stop_process
+from relax_gym_core.gym.processes import GymServerProcess, gym_python, run_gym_servers, stop_process
 from relax_gym_core.gym.spawn import FORK_SERVER_VAR, spawn_server
+from relax_gym_core.plugin import make_plugin_manager
 from relax_gym_core.plugin.servers import NemoGymServer
 
 pytestmark = pytest.mark.e2e  # the NeMo Gym environment's interpreter
@@ -58,3 +60,24 @@ def test_a_forked_servers_exit_is_reported_once_and_it_is_never_signalled_after(
     assert process.poll() == 1 and process.returncode == 1
     stop_process(process, signal.SIGINT)  # a reaped child is never signalled again: a no-op, no error
     assert "relax_gym_no_such_module" in log.read_text()
+
+
+def test_a_server_started_with_sigint_blocked_still_stops_on_sigint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ray worker starts a replica's servers from a thread that blocks SIGINT, and a signal mask outlives
+    exec: unless the server unblocks it, every SIGINT stays pending and each stop waits for the SIGKILL."""
+    monkeypatch.setenv(FORK_SERVER_VAR, "0")  # this thread's own Popen, as a Ray actor's is
+    mcqa = make_plugin_manager().environments.get("mcqa").servers[0]
+    servers: dict[str, GymServerProcess] = {}
+
+    def launch() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread only; it ends below
+        assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+        with run_gym_servers([mcqa], gateway_host="127.0.0.1", gateway_port=9) as started:
+            servers.update(started)
+
+    thread = threading.Thread(target=launch)
+    thread.start()
+    thread.join()
+    assert list(servers) == [mcqa.name], "the server did not start"
+    # It stopped on its SIGINT: it was not killed when stop_processes gave up waiting for it.
+    assert servers[mcqa.name].process.returncode != -signal.SIGKILL

@@ -80,8 +80,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--upstream", help="the upstream server package, e.g. resources_servers.calendar")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
-    # A background launch may inherit SIGINT as ignored; we are stopped by signal, so restore it.
+    # A background launch may inherit SIGINT as ignored, and a launcher's thread may have it blocked (a Ray
+    # worker's does, and the mask outlives exec): we are stopped by signal, so restore both.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     if args.upstream:
         _upstream_on_path(args.upstream)
     serve(server_class(args.server_class), log_level=args.log_level)

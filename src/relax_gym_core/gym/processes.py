@@ -44,6 +44,7 @@ __all__ = [
     "run_gym_servers",
     "startup_timeout",
     "stop_process",
+    "stop_processes",
 ]
 
 DEFAULT_PYTHON = Path(".gym/venv/bin/python")
@@ -139,6 +140,23 @@ def stop_process(
             process.wait()
 
 
+def stop_processes(
+    processes: Iterable[subprocess.Popen[Any] | ServerProcess], timeout_s: float = 15.0
+) -> None:
+    """stop_process for several at once: each gets SIGINT first, then they are waited for together (a server
+    set stops in the time of its slowest server, not their sum), then SIGKILL for any still running."""
+    running = [process for process in processes if process.poll() is None]
+    for process in running:
+        process.send_signal(signal.SIGINT)
+    stop = time.monotonic() + timeout_s
+    for process in running:
+        try:
+            process.wait(timeout=max(0.0, stop - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 @contextlib.contextmanager
 def run_gym_servers(
     servers: Iterable[NemoGymServer],
@@ -206,5 +224,4 @@ def run_gym_servers(
             _wait_ready(started, startup_timeout_s or startup_timeout())
             yield {running.name: running for running in started}
         finally:
-            for running in started:
-                stop_process(running.process)
+            stop_processes([running.process for running in started])

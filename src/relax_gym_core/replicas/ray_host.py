@@ -73,11 +73,16 @@ def _die_with_parent() -> Callable[[], None]:
     return preexec
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGINT to each, then wait for them together (a replica stops in its slowest server's time), then
+    SIGKILL for any still running."""
+    running = [process for process in processes if process.poll() is None]
+    for process in running:
         process.send_signal(signal.SIGINT)
+    stop = time.monotonic() + STOP_TIMEOUT_S
+    for process in running:
         try:
-            process.wait(timeout=STOP_TIMEOUT_S)
+            process.wait(timeout=max(0.0, stop - time.monotonic()))
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -186,8 +191,7 @@ class ReplicaActor:
 
     def shutdown(self) -> list[int]:
         """Stop every server (SIGINT, then SIGKILL); the PIDs still running after that (none expected)."""
-        for process in self.processes.values():
-            _stop(process)
+        _stop(list(self.processes.values()))
         shutil.rmtree(self.logs, ignore_errors=True)  # the servers' logs and caches: nothing left behind
         return [process.pid for process in self.processes.values() if process.poll() is None]
 
