@@ -249,6 +249,9 @@ class ReplicaPool:
         self._start_replica = start_replica
         self._names = names
         self._probe_interval_s = probe_interval_s
+        # GET / costs each server a request (and its framework's middleware): asked 30 times per unresponsive_s
+        # at most, which still notices silence within a thirtieth of the bound that acts on it.
+        self._answer_interval_s = max(probe_interval_s, unresponsive_s / 30)
         self._restart_delay_s = restart_delay_s
         self._max_attempts = max_restart_attempts
         self._unresponsive_s = unresponsive_s
@@ -391,7 +394,7 @@ class ReplicaPool:
         """GET / of every server: a replica silent for unresponsive_s is lost (hung, or unreachable)."""
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self._probe_interval_s)
+            await asyncio.sleep(self._answer_interval_s)
             replicas = [r for r in self._replicas if not r.lost]
             answers = await asyncio.gather(*(self._answers(r) for r in replicas))
             now = loop.time()
