@@ -249,8 +249,8 @@ class ReplicaPool:
         self._start_replica = start_replica
         self._names = names
         self._probe_interval_s = probe_interval_s
-        # GET / costs each server a request (and its framework's middleware): asked 30 times per unresponsive_s
-        # at most, which still notices silence within a thirtieth of the bound that acts on it.
+        # GET / costs each server a request (and its framework's middleware): asked 30 times per
+        # unresponsive_s at most, which still notices silence within a thirtieth of the bound that acts on it.
         self._answer_interval_s = max(probe_interval_s, unresponsive_s / 30)
         self._restart_delay_s = restart_delay_s
         self._max_attempts = max_restart_attempts
