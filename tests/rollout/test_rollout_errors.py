@@ -3,14 +3,19 @@ traceback, and --out left exactly as it was (not even created) — checked befor
 
 from __future__ import annotations
 
+import http.server
+import json
 import socket
+import threading
 from pathlib import Path
 
 import pytest
 
 from relax_gym_core.cli import main
+from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.processes import free_ports
 from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.rollout.engine import check_gateway
 from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
 
 from .conftest import echo_row, relax_gym, write_rows
@@ -151,3 +156,45 @@ def test_an_environment_the_gateway_does_not_serve_leaves_nothing_behind(
     )  # fmt: skip
     assert "elsewhere" in line and "nothing was run" in line
     assert not out.exists()
+
+
+class _Readiness(http.server.BaseHTTPRequestHandler):
+    """GET /readyz: 503 (with the gateway's reasons) for the first `not_ready` asks, then 200."""
+
+    asked = 0
+    not_ready = 0
+
+    def do_GET(self) -> None:
+        type(self).asked += 1
+        ready = type(self).asked > type(self).not_ready
+        body = json.dumps(
+            {"ready": ready, "reasons": [] if ready else ["an environment runtime is not ready"]}
+        )
+        self.send_response(200 if ready else 503)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("not_ready", [2, 10_000], ids=["ready-after-two", "never-ready"])
+def test_a_gateway_not_ready_yet_is_waited_for_then_named(not_ready: int) -> None:
+    handler = type("Readiness", (_Readiness,), {"asked": 0, "not_ready": not_ready})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        if not_ready == 2:  # a loaded host's servers missed two probes: the rollout goes on
+            assert check_gateway(url, ready_wait_s=60) == url
+            assert handler.asked == 3
+        else:
+            with pytest.raises(ConfigError, match="is not ready: an environment runtime is not ready"):
+                check_gateway(url, ready_wait_s=1)
+            assert handler.asked >= 2  # asked again before giving up
+    finally:
+        server.shutdown()
+        server.server_close()

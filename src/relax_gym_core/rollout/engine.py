@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,18 +101,27 @@ def _check_numbers(options: RolloutOptions) -> None:
         raise ConfigError(f"--deadline-s must be positive (got {options.deadline_s})")
 
 
-def check_gateway(url: str) -> str:
-    """One GET /readyz of a gateway given with --gateway: reachable and ready, else ConfigError."""
+READY_WAIT_S = 30.0  # a gateway "not ready" (its servers slow to answer on a loaded host) is waited for
+
+
+def check_gateway(url: str, *, ready_wait_s: float = READY_WAIT_S) -> str:
+    """GET /readyz of a gateway given with --gateway: reachable and ready (a 503 is asked again for up to
+    ready_wait_s: a loaded host's servers can miss one readiness probe), else ConfigError."""
     parts = split_http_url(url)
     if parts is None or parts.query or parts.fragment:
         raise ConfigError("--gateway: expected an http(s) URL without a query or fragment")
     url = url.rstrip("/")
-    try:
-        answer = httpx.get(f"{url}/readyz", trust_env=False, timeout=30.0)
-    except httpx.HTTPError as exc:
-        raise ConfigError(
-            f"cannot reach the gateway at {url} ({type(exc).__name__}): is it running?"
-        ) from None
+    give_up = time.monotonic() + ready_wait_s
+    while True:
+        try:
+            answer = httpx.get(f"{url}/readyz", trust_env=False, timeout=30.0)
+        except httpx.HTTPError as exc:
+            raise ConfigError(
+                f"cannot reach the gateway at {url} ({type(exc).__name__}): is it running?"
+            ) from None
+        if answer.status_code != 503 or time.monotonic() >= give_up:
+            break
+        time.sleep(0.5)
     if answer.status_code == 503:
         try:
             reasons = "; ".join(str(reason) for reason in answer.json().get("reasons", []))
