@@ -170,6 +170,9 @@ READERS: dict[str, Reader] = {
         _client("abort_timeout_s"), lambda: ClientOptions().abort_timeout_s, "3"
     ),
     "NEMO_GYM_MAX_RETRIES": Reader(_client("max_retries"), lambda: ClientOptions().max_retries, "5"),
+    "NEMO_GYM_POLL_INTERVAL_S": Reader(
+        _client("poll_interval_s"), lambda: ClientOptions().poll_interval_s, "2.5"
+    ),
     "NEMO_GYM_RETRY_BACKOFF_S": Reader(
         _client("retry_backoff_s"), lambda: ClientOptions().retry_backoff_s, "0.5"
     ),

@@ -34,6 +34,8 @@ from relax_gym_core.client.exceptions import TrialGoneError
 from relax_gym_core.client.settings import ClientOptions
 from relax_gym_core.errors import GatewayRequestError, ProtocolError
 from relax_gym_core.protocol import (
+    MAX_WAIT_S,
+    WAITED_HEADER,
     CleanupState,
     CreateTrialRequest,
     ServiceHealth,
@@ -155,6 +157,7 @@ class GatewayClient:
         # identity: the cap below counts what arrives, so it must be what is kept (no decompression bomb).
         headers = {"user-agent": _USER_AGENT, "accept-encoding": "identity"}
         self._api_token = api_token or None  # kept only to mask it should a gateway ever echo it
+        self._long_polls: bool | None = None  # does the gateway answer ?wait_s= (next_snapshot)
         if api_token:
             headers["authorization"] = f"Bearer {api_token}"
         # trust_env=False: proxies from the trainer's environment must not sit between us and the gateway.
@@ -206,6 +209,32 @@ class GatewayClient:
         )
         return parse_snapshot(self._json(response, "get"), request_id=request_id)
 
+    async def next_snapshot(self, request_id: str, *, retry_until: float | None = None) -> TrialSnapshot:
+        """The trial's snapshot no sooner than one poll interval from now, unless it changes first: a long
+        poll (``?wait_s=``) where the gateway offers one, else a sleep then a GET (the reference gateway
+        ignores the parameter and answers at once; its clients poll as they always did)."""
+        interval = min(self.options.poll_interval_s, MAX_WAIT_S)
+        if self._long_polls is False:
+            await self._sleep(interval)
+            return await self.get(request_id, retry_until=retry_until)
+        started = self.clock()
+        response = await self._call(
+            "get",
+            "GET",
+            f"{_trial_path(request_id)}?wait_s={interval:g}",
+            policy=self._policy(retry_until),
+            attempt_timeout_s=self.options.request_timeout_s + interval,
+            trial_op=True,
+        )
+        snapshot = parse_snapshot(self._json(response, "get"), request_id=request_id)
+        self._long_polls = WAITED_HEADER in response.headers  # learned once per gateway
+        if self._long_polls or snapshot.status.is_terminal:
+            return snapshot
+        left = interval - (self.clock() - started)
+        if left > 0:
+            await self._sleep(left)
+        return await self.get(request_id, retry_until=retry_until)
+
     async def settled(self, request_id: str, *, timeout_s: float) -> TrialSnapshot:
         """Poll until the trial is terminal and its cleanup is no longer pending; return that snapshot.
 
@@ -214,13 +243,13 @@ class GatewayClient:
         TimeoutError naming the trial when `timeout_s` passes first.
         """
         until = self.clock() + timeout_s
+        snapshot = await self.get(request_id, retry_until=until)
         while True:
-            snapshot = await self.get(request_id, retry_until=until)
             if snapshot.status.is_terminal and snapshot.cleanup not in (None, CleanupState.PENDING):
                 return snapshot
             if self.clock() >= until:
                 raise TimeoutError(f"trial {request_id!r}: cleanup still pending after {timeout_s:g} s")
-            await self._sleep(self.options.poll_interval_s)
+            snapshot = await self.next_snapshot(request_id, retry_until=until)
 
     async def trajectory(self, request_id: str) -> dict[str, Any] | None:
         """The trial's trajectory (GET /v1/trials/{id}/trajectory) once it has ended; None when the

@@ -153,11 +153,9 @@ class _TrialRun:
             self._decide(tg, failure=exc)
 
     async def _poll(self) -> TrialSnapshot:
-        interval = self.gateway.options.poll_interval_s
         while True:
-            await anyio.sleep(interval)
             try:
-                snapshot = await self.gateway.get(
+                snapshot = await self.gateway.next_snapshot(
                     self.request_id, retry_until=self.gateway.clock() + self.request.lease_s
                 )
             except TrialGoneError as exc:

@@ -17,7 +17,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from relax_gym_core.bridge import UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply
-from relax_gym_core.errors import ConfigError, RelaxGymError, TrialExpiredError, TrialNotFoundError
+from relax_gym_core.errors import (
+    ConfigError,
+    FieldError,
+    RelaxGymError,
+    TrialExpiredError,
+    TrialNotFoundError,
+)
 from relax_gym_core.gateway.auth import bearer_auth
 from relax_gym_core.gateway.config import GatewaySettings
 from relax_gym_core.gateway.intake import CreateIntake
@@ -29,8 +35,10 @@ from relax_gym_core.plugin import Hooks, make_plugin_manager
 from relax_gym_core.plugin.registry import RuntimeFactory
 from relax_gym_core.plugin.specs import EnvironmentSpec, environments_document
 from relax_gym_core.protocol import (
+    MAX_WAIT_S,
     PROTOCOL_VERSION,
     ROLLOUT_TAG,
+    WAITED_HEADER,
     ServiceHealth,
     bridge_url,
     unstructure,
@@ -47,6 +55,7 @@ from relax_gym_core.trials import (
     TrialStore,
     open_store,
 )
+from relax_gym_core.trials.changes import Changes
 from relax_gym_core.web import (
     contain_errors,
     handle_http_exception,
@@ -113,11 +122,28 @@ async def create_trial(request: Request) -> Response:
     return json_response(unstructure(snapshot), 202)
 
 
+def _wait_s(request: Request) -> float:
+    raw = request.query_params.get("wait_s")
+    if raw is None:
+        return 0.0
+    try:
+        wait_s = float(raw)
+    except ValueError:
+        wait_s = -1.0
+    if not 0 <= wait_s <= MAX_WAIT_S:  # also NaN
+        raise FieldError(f"wait_s: must be a number of seconds from 0 to {MAX_WAIT_S:g}, got {raw[:40]!r}")
+    return wait_s
+
+
 async def get_trial(request: Request) -> Response:
+    """The trial's snapshot; with ``?wait_s=S`` (a long poll, this gateway's own), once the trial has made
+    its next transition or S seconds have passed, at once if nothing is left to change."""
     service = _gateway(request).service
-    snapshot = service.get(request.path_params["request_id"])
+    wait_s = _wait_s(request)
+    request_id = request.path_params["request_id"]
+    snapshot = await service.watch(request_id, wait_s) if wait_s else service.get(request_id)
     await service.written(snapshot.request_id)  # a state is shown only once it survives a crash
-    return json_response(unstructure(snapshot))
+    return json_response(unstructure(snapshot), headers={WAITED_HEADER: "1"} if wait_s else None)
 
 
 async def renew_trial(request: Request) -> Response:
@@ -250,7 +276,8 @@ def create_app(
     if store is None:
         store = open_store(settings.state_dir, clock=clock, tombstone_capacity=settings.tombstone_capacity)
     trajectories = _trajectory_store(settings) if settings.trajectories else None
-    fan_out = Observers((metrics, *observers, *([trajectories] if trajectories is not None else [])))
+    changes = Changes()
+    fan_out = Observers((metrics, *observers, *([trajectories] if trajectories is not None else []), changes))
     book = TrialBook(
         clock=clock,
         store=store,
@@ -275,6 +302,7 @@ def create_app(
         ),
         recovery=RecoveryPolicy(give_up_s=settings.recovery_give_up_s),
         trajectories=trajectories,
+        changes=changes,
     )
     gateway = Gateway(settings, service, pools)
     bridge = (
@@ -330,6 +358,7 @@ def create_app(
         ],
     )
     app.state.gateway = gateway
+    app.state.shutdown_begins = changes.close  # gateway.server calls it on SIGINT/SIGTERM: long polls answer
     app.state.metrics = metrics
     app.state.intake = CreateIntake(metrics, refuse_unknown=settings.unknown_keys == "refuse")
     app.state.openapi = build_openapi(settings)

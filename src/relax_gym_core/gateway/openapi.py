@@ -21,8 +21,10 @@ from relax_gym_core.bridge.routes import RESOURCES
 from relax_gym_core.gateway.config import GatewaySettings
 from relax_gym_core.protocol import (
     BRIDGE_PREFIX,
+    MAX_WAIT_S,
     PROTOCOL_VERSION,
     ROLLOUT_TAG,
+    WAITED_HEADER,
     CreateTrialRequest,
     ErrorBody,
     ServiceHealth,
@@ -155,6 +157,15 @@ def build_openapi(settings: GatewaySettings) -> dict[str, Any]:
         "required": True,
         "schema": {"type": "string", **REQUEST_ID_RULE[SCHEMA]},
     }
+    wait_s = {
+        "name": "wait_s",
+        "in": "query",
+        "required": False,
+        "description": "relax-gym's long poll: answer once the trial's status or cleanup changes, or after "
+        f"this many seconds (the answer then carries the `{WAITED_HEADER}` header); at once if nothing is "
+        "left to change. Without it, at once (relax-nemo-gym/v1).",
+        "schema": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S},
+    }
     not_found = _body(error, "unknown or expired trial")
     poll_link = {
         "GetTrial": {
@@ -185,9 +196,13 @@ def build_openapi(settings: GatewaySettings) -> dict[str, Any]:
         "/v1/trials/{request_id}": {
             "get": trial_op(
                 "Poll a trial",
-                {"200": _body(snapshot, "trial snapshot"), "404": not_found},
+                {
+                    "200": _body(snapshot, "trial snapshot"),
+                    "404": not_found,
+                    "422": _body(error, "wait_s out of range"),
+                },
                 operationId="getTrial",
-                parameters=[request_id],
+                parameters=[request_id, wait_s],
             )
         },
         "/v1/trials/{request_id}/renew": {

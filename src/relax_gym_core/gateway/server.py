@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import threading
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -97,6 +98,21 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the app when a signal begins its shutdown (``app.state.shutdown_begins``):
+    the open requests it then drains include long polls, which answer at once instead of holding it."""
+
+    def __init__(self, config: uvicorn.Config, app: Starlette) -> None:
+        super().__init__(config)
+        self._app = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        begins = getattr(self._app.state, "shutdown_begins", None)
+        if begins is not None:
+            begins()
+
+
 async def serve(
     app: Starlette, sock: socket.socket, *, log_level: str = "warning", limits: Limits = DEFAULT_LIMITS
 ) -> None:
@@ -127,7 +143,7 @@ async def serve(
         proxy_headers=False,
         server_header=False,
     )
-    server = uvicorn.Server(config)
+    server = _Server(config, app)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn offers no startup event
         await asyncio.sleep(0.01)

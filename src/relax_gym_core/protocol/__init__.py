@@ -20,7 +20,9 @@ from relax_gym_core.protocol.converter import (
     unstructure,
 )
 from relax_gym_core.protocol.types import (
+    MAX_WAIT_S,
     PROTOCOL_VERSION,
+    WAITED_HEADER,
     CleanupState,
     CreateTrialRequest,
     EnvironmentRef,
@@ -36,10 +38,12 @@ from relax_gym_core.protocol.types import (
 
 __all__ = [
     "BRIDGE_PREFIX",
+    "MAX_WAIT_S",
     "PROTOCOL_VERSION",
     "ROLLOUT_INDEX",
     "ROLLOUT_TAG",
     "TASK_INDEX",
+    "WAITED_HEADER",
     "CleanupState",
     "CreateTrialRequest",
     "EnvironmentRef",

@@ -19,6 +19,11 @@ from relax_gym_core.errors import FieldError
 from relax_gym_core.protocol.jsonutil import MAX_DEPTH, is_finite_json
 
 PROTOCOL_VERSION: Final = "relax-nemo-gym/v1"
+# relax-gym's own extension of GET /v1/trials/{id}: `?wait_s=S` answers once the trial has made its next
+# transition or S seconds (at most MAX_WAIT_S) have passed, and says so with WAITED_HEADER; a gateway
+# without it (the reference) ignores the parameter and answers at once, so its clients poll as before.
+MAX_WAIT_S: Final = 30.0
+WAITED_HEADER: Final = "relax-gym-waited"
 REQUEST_ID_MAX_LEN: Final = 256
 _REQUEST_ID_RE: Final = re.compile(r"[A-Za-z0-9._~-]+")
 # RFC 7230 token characters; header names outside this set would let a client smuggle headers upstream.

@@ -30,6 +30,7 @@ from relax_gym_core.plugin.runs import (
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
 from relax_gym_core.trajectories import Recorder, TrajectoryStore, trajectory_path
 from relax_gym_core.trials.book import Cancel, TrialBook
+from relax_gym_core.trials.changes import Changes
 from relax_gym_core.trials.records import Cause, Phase, Trial
 from relax_gym_core.trials.recovery import RecoveryPolicy, prove_released
 
@@ -71,9 +72,11 @@ class TrialService:
         error_hold_s: float = 30.0,
         recovery: RecoveryPolicy | None = None,
         trajectories: TrajectoryStore | None = None,
+        changes: Changes | None = None,
     ) -> None:
         self.book = book
         self.trajectories = trajectories
+        self.changes = changes  # an observer of `book`: what watch() waits on (None: it does not wait)
         self._recovery = recovery or RecoveryPolicy()
         self._recoveries: set[asyncio.Task[None]] = set()  # cleanups of trials a restart ended
         self._runtimes = runtimes
@@ -105,6 +108,8 @@ class TrialService:
         graces): whatever is still running then is cancelled, its cleanup left pending, so the process
         exits inside its kill window. The log line says how many cleanups were proven.
         """
+        if self.changes is not None:
+            self.changes.close()  # long polls answer now
         for task in self._recoveries:
             task.cancel()  # their cleanups stay pending in the ledger: the next start runs them again
         await asyncio.gather(*self._recoveries, return_exceptions=True)
@@ -156,6 +161,16 @@ class TrialService:
 
     def get(self, request_id: str) -> TrialSnapshot:
         return self.book.snapshot(self.book.get(request_id))
+
+    async def watch(self, request_id: str, wait_s: float) -> TrialSnapshot:
+        """get(), once the trial has made its next transition or wait_s has passed (a long poll): at once
+        for a trial with nothing left to change (terminal, its cleanup decided)."""
+        snapshot = self.get(request_id)
+        settled = snapshot.status.is_terminal and snapshot.cleanup is not CleanupState.PENDING
+        if settled or self.changes is None or wait_s <= 0:
+            return snapshot
+        await self.changes.next(request_id, wait_s)
+        return self.get(request_id)
 
     async def written(self, request_id: str) -> None:
         """Wait until this trial's state so far is durable; answer anyone about it only then."""
