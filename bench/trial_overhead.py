@@ -138,7 +138,7 @@ async def main(trials: int, rounds: int) -> None:
     direct_policy = ThreadedServer(nemo_gym_policy())  # for the agent called straight
     direct_policy.start()
     port = httpx.URL(direct_policy.url).port or 0
-    options = ClientOptions(poll_interval_s=0.05)
+    options = ClientOptions()  # the thin client's defaults: long polls, 1 s at most each
     best: dict[tuple[str, int], tuple[float, float]] = {}
     try:
         with (
