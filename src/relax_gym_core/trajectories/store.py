@@ -239,6 +239,11 @@ CREATE TABLE IF NOT EXISTS trajectories (
     data BLOB NOT NULL
 )
 """
+# One batch as one statement: its rows' ids, times, flags and places in one concatenated blob, from JSON.
+INSERT_BATCH = (
+    "INSERT OR REPLACE INTO trajectories SELECT value->>0, value->>1, value->>2, substr(?, value->>3, "
+    "value->>4) FROM json_each(?)"
+)
 COMPRESS_ABOVE = 16 * 1024  # smaller records are stored as they are: zlib would cost more than it saves
 
 
@@ -352,29 +357,33 @@ class TrajectoryStore:
                 return
 
     def _commit(self, connection: sqlite3.Connection, finished: list[_Finished]) -> None:
-        rows = []
+        index: list[tuple[str, float, bool, int, int]] = []  # id, ended_at, compressed, offset (from 1), size
+        blobs: list[bytes] = []
+        offset = 1
         for item in finished:
             try:
                 data = encode(item.recorder, item.run, item.calls, item.left, item.status)
                 compressed = len(data) > COMPRESS_ABOVE
-                rows.append(
-                    (
-                        item.recorder.request_id,
-                        item.ended_at,
-                        compressed,
-                        zlib.compress(data, 1) if compressed else data,
-                    )
-                )
+                if compressed:
+                    data = zlib.compress(data, 1)
             except Exception:
                 logger.warning(
                     "trajectory of request_id=%s not kept", item.recorder.request_id, exc_info=True
                 )
+                continue
+            index.append((item.recorder.request_id, item.ended_at, compressed, offset, len(data)))
+            blobs.append(data)
+            offset += len(data)
+        if not index:
+            return
         try:
             with connection:
                 connection.execute("BEGIN")
-                connection.executemany("INSERT OR REPLACE INTO trajectories VALUES (?, ?, ?, ?)", rows)
+                # The whole batch in one statement: executemany would release and retake the GIL for every
+                # row, and each retake waits on the event loop's thread (it halved the loop's throughput).
+                connection.execute(INSERT_BATCH, (b"".join(blobs), json.dumps(index)))
         except sqlite3.Error:
-            logger.warning("%d trajectories not written", len(rows), exc_info=True)
+            logger.warning("%d trajectories not written", len(index), exc_info=True)
 
     def _done(self, finished: list[_Finished]) -> None:
         """Tell the loop these are written (or given up): readers waiting for them go on."""
