@@ -16,7 +16,8 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 export RELAX_GYM_UV := $(abspath $(UV))
 # Bytecode is cached under .tools/pycache, outside the source tree and the environments (`make clean` removes
 # it), even where the shell sets PYTHONDONTWRITEBYTECODE: otherwise every process the suite starts (CLI runs,
-# NeMo Gym servers, Ray workers) compiles all it imports again, and NeMo Gym's imports alone cost seconds.
+# NeMo Gym servers, Ray workers) compiles all it imports again, and NeMo Gym's imports alone cost seconds. (The
+# few test processes given an environment of their own write gitignored __pycache__ beside the sources.)
 export PYTHONPYCACHEPREFIX := $(abspath $(TOOLS))/pycache
 unexport PYTHONDONTWRITEBYTECODE
 
