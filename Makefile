@@ -100,8 +100,11 @@ env: $(VENV)/.synced
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 
-# Everything: lint and types first (seconds; they run here so they cannot rot), then every test.
-test: env gym lint typecheck
+# Everything: lint and types first (seconds; they run here so they cannot rot), then every test. The set-up
+# steps run side by side (NeMo Gym's environment downloads while the types are checked); make keeps their
+# order where one needs another.
+test:
+	@$(MAKE) --no-print-directory -j3 env gym lint typecheck
 	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # For development: no NeMo Gym servers, no real CLI end to end, nothing slow (markers e2e and slow).
