@@ -108,7 +108,8 @@ class _Server(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
-        begins = getattr(self._app.state, "shutdown_begins", None)
+        # Any ASGI app may be served here (the bench's floor proxy is a bare function): ours has the hook.
+        begins = getattr(getattr(self._app, "state", None), "shutdown_begins", None)
         if begins is not None:
             begins()
 
