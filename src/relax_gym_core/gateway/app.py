@@ -141,7 +141,7 @@ async def get_trial(request: Request) -> Response:
     service = _gateway(request).service
     wait_s = _wait_s(request)
     request_id = request.path_params["request_id"]
-    snapshot = await service.watch(request_id, wait_s) if wait_s else service.get(request_id)
+    snapshot = await service.watch(request_id, wait_s)  # without wait_s, get() at once
     await service.written(snapshot.request_id)  # a state is shown only once it survives a crash
     return json_response(unstructure(snapshot), headers={WAITED_HEADER: "1"} if wait_s else None)
 

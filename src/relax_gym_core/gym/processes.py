@@ -9,8 +9,6 @@ import contextlib
 import json
 import math
 import os
-import signal
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -32,6 +30,7 @@ from relax_gym_core.gym.release import (
     observability_wanted,
 )
 from relax_gym_core.gym.spawn import ServerProcess, spawn_server
+from relax_gym_core.gym.stop import stop_process, stop_processes
 from relax_gym_core.plugin.servers import NemoGymServer
 
 __all__ = [
@@ -125,36 +124,6 @@ def _wait_ready(servers: list[GymServerProcess], timeout_s: float) -> None:
                 )
             if pending:
                 time.sleep(0.1)
-
-
-def stop_process(
-    process: subprocess.Popen[Any] | ServerProcess, sig: int = signal.SIGINT, timeout_s: float = 15.0
-) -> None:
-    """Stop a process we started: `sig`, then SIGKILL if it has not exited within timeout_s."""
-    if process.poll() is None:
-        process.send_signal(sig)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def stop_processes(
-    processes: Iterable[subprocess.Popen[Any] | ServerProcess], timeout_s: float = 15.0
-) -> None:
-    """stop_process for several at once: each gets SIGINT first, then they are waited for together (a server
-    set stops in the time of its slowest server, not their sum), then SIGKILL for any still running."""
-    running = [process for process in processes if process.poll() is None]
-    for process in running:
-        process.send_signal(signal.SIGINT)
-    stop = time.monotonic() + timeout_s
-    for process in running:
-        try:
-            process.wait(timeout=max(0.0, stop - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @contextlib.contextmanager

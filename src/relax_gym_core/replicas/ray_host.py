@@ -48,9 +48,10 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError  # type:
 
 import ray  # type: ignore[import-not-found] # the NeMo Gym environment's, untyped for mypy here
 from relax_gym_core.gym.ports import free_ports  # standard library only
+from relax_gym_core.gym.stop import stop_processes  # standard library only
 
 PLACEMENT_GRACE_S = 60.0  # on top of the servers' startup timeout: a worker process to start on the node
-STOP_TIMEOUT_S = 15.0  # per server: SIGINT, then SIGKILL (processes.stop_process's budget)
+STOP_TIMEOUT_S = 15.0  # a replica's servers: SIGINT to all, then SIGKILL (gym.stop's default budget)
 SHUTDOWN_TIMEOUT_S = 120.0  # a replica's servers, one after the other
 _PR_SET_PDEATHSIG = 1
 
@@ -71,21 +72,6 @@ def _die_with_parent() -> Callable[[], None]:
             os._exit(1)
 
     return preexec
-
-
-def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
-    """SIGINT to each, then wait for them together (a replica stops in its slowest server's time), then
-    SIGKILL for any still running."""
-    running = [process for process in processes if process.poll() is None]
-    for process in running:
-        process.send_signal(signal.SIGINT)
-    stop = time.monotonic() + STOP_TIMEOUT_S
-    for process in running:
-        try:
-            process.wait(timeout=max(0.0, stop - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _answers_root(opener: urllib.request.OpenerDirector, url: str) -> bool:
@@ -191,7 +177,7 @@ class ReplicaActor:
 
     def shutdown(self) -> list[int]:
         """Stop every server (SIGINT, then SIGKILL); the PIDs still running after that (none expected)."""
-        _stop(list(self.processes.values()))
+        stop_processes(self.processes.values(), timeout_s=STOP_TIMEOUT_S)
         shutil.rmtree(self.logs, ignore_errors=True)  # the servers' logs and caches: nothing left behind
         return [process.pid for process in self.processes.values() if process.poll() is None]
 

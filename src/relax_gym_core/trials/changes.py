@@ -27,18 +27,18 @@ class Changes:
     def callback(self, outcome: CallbackOutcome) -> None:
         return None
 
-    async def next(self, request_id: str, timeout_s: float) -> bool:
-        """Wait for the trial's next transition, at most timeout_s; True if one came (or the gateway is
-        closing: a waiter must not hold its shutdown)."""
+    async def next(self, request_id: str, timeout_s: float) -> None:
+        """Wait for the trial's next transition, at most timeout_s (not at all once the gateway is closing:
+        a waiter must not hold its shutdown)."""
         if self._closed:
-            return True
+            return
         event, waiters = self._waiting.get(request_id, (asyncio.Event(), 0))
         self._waiting[request_id] = (event, waiters + 1)
         try:
             async with asyncio.timeout(timeout_s):
                 await event.wait()
         except TimeoutError:
-            return False
+            pass
         finally:
             current = self._waiting.get(request_id)
             if current is not None and current[0] is event:
@@ -46,7 +46,6 @@ class Changes:
                     self._waiting[request_id] = (event, current[1] - 1)
                 else:
                     del self._waiting[request_id]
-        return True
 
     def close(self) -> None:
         """Wake every waiter, now and from now on (the gateway is shutting down)."""
@@ -54,6 +53,3 @@ class Changes:
         for event, _ in self._waiting.values():
             event.set()
         self._waiting.clear()
-
-    def __len__(self) -> int:
-        return len(self._waiting)  # trials someone waits for (tests check nothing is left behind)

@@ -164,7 +164,7 @@ class TrialService:
 
     async def watch(self, request_id: str, wait_s: float) -> TrialSnapshot:
         """get(), once the trial has made its next transition or wait_s has passed (a long poll): at once
-        for a trial with nothing left to change (terminal, its cleanup decided)."""
+        for a wait_s of 0 and for a trial with nothing left to change (terminal, its cleanup decided)."""
         snapshot = self.get(request_id)
         settled = snapshot.status.is_terminal and snapshot.cleanup is not CleanupState.PENDING
         if settled or self.changes is None or wait_s <= 0:
