@@ -25,7 +25,6 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from relax_gym_core.observe import Observers
 from relax_gym_core.protocol import CreateTrialRequest, TrialStatus, parse_create_request
 from relax_gym_core.runtimes import CLEANUP_CONFIRMED, EchoRuntime, RunResult
 from relax_gym_core.testing.web import start_gateway
@@ -89,7 +88,7 @@ def make_service(
         clock=time.monotonic,
         store=store if store is not None else MemoryStore(),
         environments={KEY: Admission(max_concurrency=max_concurrency, queue_capacity=queue_capacity)},
-        observers=Observers([trajectories] if trajectories is not None else []),
+        on_terminal=trajectories.finished if trajectories is not None else None,
     )
     return TrialService(book, {KEY: EchoRuntime()}, trajectories=trajectories)
 

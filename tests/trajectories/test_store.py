@@ -1,35 +1,21 @@
-"""The trajectory store in-process: a trial that ends is written once, read back with its secrets replaced,
-kept within max_retained, and a reader never waits forever for a write that failed."""
+"""The trajectory store and its writer process: a trial that ends is written once, read back with its
+secrets replaced, kept within max_retained, a reader never waits forever for a write that failed, and a
+writer process that died is replaced."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
-from relax_gym_core.observe import Transition, TrialEvent
-from relax_gym_core.protocol import CleanupState, TrialStatus
-from relax_gym_core.trajectories import store as trajectories
+from relax_gym_core.protocol import TrialStatus
 from relax_gym_core.trajectories.store import TrajectoryStore
 
 pytestmark = pytest.mark.anyio
 SECRET = "sk-store-secret-000111"
-
-
-def ended(request_id: str) -> Transition:
-    return Transition(
-        event=TrialEvent.TERMINAL,
-        request_id=request_id,
-        environment="echo",
-        config="echo",
-        status=TrialStatus.COMPLETED,
-        cleanup=CleanupState.PENDING,
-        at=0.0,
-        age_s=0.0,
-        previous=TrialEvent.RUNNING,
-        phase_s=0.0,
-    )
 
 
 def run(store: TrajectoryStore, request_id: str) -> None:
@@ -41,7 +27,7 @@ def run(store: TrajectoryStore, request_id: str) -> None:
         "chat/completions", body, status=200, answer=answer, streamed=False, seconds=0.1, attempts=1
     )
     recorder.run_answer(b'{"reward": 1.0}')
-    store.transition(ended(request_id))
+    store.finished(request_id, TrialStatus.COMPLETED)
 
 
 async def test_a_trial_is_written_once_it_ends_and_read_back(tmp_path: Path) -> None:
@@ -64,9 +50,8 @@ def stored_bytes(directory: Path) -> bytes:
     return b"".join(path.read_bytes() for path in directory.iterdir())
 
 
-async def test_only_the_newest_max_retained_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trajectories, "SWEEP_EVERY", 1)  # sweep after every batch
-    store = TrajectoryStore(tmp_path, max_retained=1)
+async def test_only_the_newest_max_retained_are_kept(tmp_path: Path) -> None:
+    store = TrajectoryStore(tmp_path, max_retained=1, sweep_every=1)  # sweep after every batch
     try:
         run(store, "old")
         assert await store.read("old") is not None
@@ -77,14 +62,39 @@ async def test_only_the_newest_max_retained_are_kept(tmp_path: Path, monkeypatch
         await store.close()
 
 
-async def test_a_failed_write_lets_its_reader_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(*_args: object) -> bytes:
-        raise OSError("disk gone")
+def writer_pid(store: TrajectoryStore) -> int:
+    assert store.process is not None  # started by the first batch
+    return store.process.pid
 
-    monkeypatch.setattr(trajectories, "encode", broken)
+
+async def test_a_writer_that_died_loses_its_batch_and_is_replaced(tmp_path: Path) -> None:
     store = TrajectoryStore(tmp_path)
     try:
+        run(store, "first")
+        assert await store.read("first") is not None
+        first = writer_pid(store)
+        os.kill(first, signal.SIGKILL)
         run(store, "lost")
         assert await store.read("lost") is None  # answered (404 upstream), not waited on
+        run(store, "after")
+        assert await store.read("after") is not None
+        assert writer_pid(store) != first
+    finally:
+        await store.close()
+    assert store.process is None
+
+
+async def test_the_writer_ignores_the_terminals_interrupt(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group; the gateway, not the signal, ends its writer (after the
+    last batch)."""
+    store = TrajectoryStore(tmp_path)
+    try:
+        run(store, "before")
+        assert await store.read("before") is not None
+        pid = writer_pid(store)
+        os.kill(pid, signal.SIGINT)
+        run(store, "after")
+        assert await store.read("after") is not None
+        assert writer_pid(store) == pid
     finally:
         await store.close()

@@ -127,3 +127,34 @@ def test_no_observers_builds_no_events(monkeypatch: pytest.MonkeyPatch) -> None:
     book.create(make_request("a"))
     book.start_ready()
     assert book.complete("a", RunResult(reward=1.0))
+
+
+def test_on_terminal_hears_each_end_once_before_the_observers_and_cannot_break_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen = RecordingObserver()
+    ended: list[tuple[str, TrialStatus, int]] = []
+
+    def on_terminal(request_id: str, status: TrialStatus) -> None:
+        ended.append((request_id, status, len(seen.transitions)))
+        if request_id == "b":
+            raise RuntimeError("listener broke")
+
+    counter = itertools.count()
+    book = TrialBook(
+        clock=FakeClock(),
+        store=MemoryStore(),
+        environments={ENV: Admission(max_concurrency=1, queue_capacity=4, max_deadline_s=1e6)},
+        new_rollout_id=lambda: f"rollout-{next(counter)}",
+        observers=Observers([seen]),
+        on_terminal=on_terminal,
+    )
+    for request_id in ("a", "b"):
+        book.create(make_request(request_id))
+        book.start_ready()
+        book.complete(request_id, RunResult(reward=1.0))
+        book.finish_cleanup(request_id, CLEANUP_CONFIRMED)
+    # Told before the observers heard TERMINAL (Q, R were heard), once per trial, even after a failure.
+    assert ended == [("a", TrialStatus.COMPLETED, 2), ("b", TrialStatus.COMPLETED, 6)]
+    assert [e.event for e in seen.transitions] == [Q, R, T, S, Q, R, T, S]
+    assert "on_terminal failed for request_id=b" in caplog.text

@@ -277,7 +277,7 @@ def create_app(
         store = open_store(settings.state_dir, clock=clock, tombstone_capacity=settings.tombstone_capacity)
     trajectories = _trajectory_store(settings) if settings.trajectories else None
     changes = Changes()
-    fan_out = Observers((metrics, *observers, *([trajectories] if trajectories is not None else []), changes))
+    fan_out = Observers((metrics, *observers, changes))
     book = TrialBook(
         clock=clock,
         store=store,
@@ -286,6 +286,7 @@ def create_app(
         max_retained=settings.max_retained,
         new_rollout_id=new_rollout_id,
         observers=fan_out,
+        on_terminal=trajectories.finished if trajectories is not None else None,
     )
     metrics.watch_admission(admissions, book.env_counts)
     policy = settings.callback_policy

@@ -32,18 +32,19 @@ class ModelRoute:
 
 class Trajectory(Protocol):
     """Where a runtime notes what its environment was asked and answered, for the trial's trajectory
-    (the gateway adds the model calls itself): the JSON bytes as they went and came, kept as they are."""
+    (the gateway adds the model calls itself): the JSON bytes as they went and came, kept as they are —
+    or, from a runtime that never encodes them, the document, encoded later by the writer process."""
 
-    def run_request(self, body: bytes) -> None: ...
+    def run_request(self, body: bytes | Mapping[str, Any]) -> None: ...
 
-    def run_answer(self, body: bytes) -> None: ...
+    def run_answer(self, body: bytes | Mapping[str, Any]) -> None: ...
 
 
 class _Unrecorded:
-    def run_request(self, body: bytes) -> None:
+    def run_request(self, body: bytes | Mapping[str, Any]) -> None:
         return None
 
-    def run_answer(self, body: bytes) -> None:
+    def run_answer(self, body: bytes | Mapping[str, Any]) -> None:
         return None
 
 

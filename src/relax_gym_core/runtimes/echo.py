@@ -9,7 +9,6 @@ confirmed: nothing outside this process is ever allocated.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -86,8 +85,8 @@ class EchoHandle(_NothingToRelease):
         messages = context.request.environment.task.get("messages") if self._model is not None else None
         self._messages = messages if isinstance(messages, list) else []  # only runs that call a model keep it
         self._trajectory = context.trajectory
-        if context.trajectory is not UNRECORDED:  # encoded for the trajectory only
-            self._trajectory.run_request(json.dumps(context.request.environment.task).encode())
+        if context.trajectory is not UNRECORDED:  # the writer process encodes it
+            self._trajectory.run_request(context.request.environment.task)
 
     async def _call_model(self) -> None:
         assert self._model is not None
@@ -114,7 +113,7 @@ class EchoHandle(_NothingToRelease):
         if self._model is not None:
             metrics["model_calls"] = self._calls
         if self._trajectory is not UNRECORDED:
-            self._trajectory.run_answer(json.dumps({"reward": self._reward, "metrics": metrics}).encode())
+            self._trajectory.run_answer({"reward": self._reward, "metrics": metrics})
         return RunResult(reward=self._reward, metrics=metrics)
 
 

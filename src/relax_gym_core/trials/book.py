@@ -32,6 +32,7 @@ fingerprints) and events (observers).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 
@@ -62,6 +63,8 @@ from relax_gym_core.trials.rollouts import LiveRollouts, random_rollout_id
 from relax_gym_core.trials.store import TrialStore
 from relax_gym_core.trials.timers import Timers, overdue_cause
 
+logger = logging.getLogger("relax_gym.trials")
+
 
 class Cancel(Enum):
     """What begin_cancel did, so the caller knows whether a cleanup ladder must run."""
@@ -84,6 +87,7 @@ class TrialBook:
         new_rollout_id: Callable[[], str] | None = None,
         retry_after_s: float = 1.0,
         observers: Observers | None = None,
+        on_terminal: Callable[[str, TrialStatus], None] | None = None,
     ) -> None:
         self._clock = clock
         self._store = store
@@ -96,6 +100,9 @@ class TrialBook:
         self._retention_s = retention_s
         self._max_retained = max_retained
         self._emit = transition_emitter(clock, observers)
+        # One listener told of each trial's end and nothing else (the trajectory store), called before the
+        # observers: building an observer event for every transition costs more than what it does.
+        self._on_terminal = on_terminal
         self._closing = False
         self.created_total = 0
         self.evicted_total = 0
@@ -357,6 +364,11 @@ class TrialBook:
         self._live.revoke(trial.rollout_id)
         self._timers.disarm(trial.request_id)
         self.active -= 1
+        if self._on_terminal is not None:
+            try:
+                self._on_terminal(trial.request_id, trial.status)
+            except Exception:  # like an observer's: it must not stop the trial's transition
+                logger.exception("on_terminal failed for request_id=%s", trial.request_id)
         self._transition(TrialEvent.TERMINAL, trial)
 
     def _settle(self, trial: Trial, state: CleanupState) -> None:
