@@ -29,6 +29,7 @@ REDACTED_BYTES = b"[redacted]"
 MIN_SECRET_CHARS = 8  # shorter values ("EMPTY", "x") are no secret, and replacing them would mangle text
 COMPRESS_ABOVE = 16 * 1024  # smaller records are stored as they are: zlib would cost more than it saves
 FRAME = struct.Struct("<Q")
+_JSON = json.JSONEncoder(ensure_ascii=False, default=str)  # one encoder: json.dumps makes one per call
 
 # One bridged call as recorded (a plain tuple: it crosses to this process as it is):
 # resource, request, answer, size, status, streamed, seconds, attempts, error. request/answer are None
@@ -64,8 +65,13 @@ def connect(path: str) -> sqlite3.Connection:
 def secret_bytes(secrets: Iterable[str]) -> tuple[bytes, ...]:
     """What to replace: each secret long enough to be one, also as JSON writes it (a `"` or `\\` in it is
     escaped there), longest first so that none hides inside another."""
-    kept = {secret.encode() for secret in secrets if len(secret) >= MIN_SECRET_CHARS}
-    kept |= {json.dumps(s.decode())[1:-1].encode() for s in kept if b'"' in s or b"\\" in s}
+    kept: set[bytes] = set()
+    for secret in secrets:
+        if len(secret) >= MIN_SECRET_CHARS:
+            raw = secret.encode()
+            kept.add(raw)
+            if b'"' in raw or b"\\" in raw:
+                kept.add(_JSON.encode(secret)[1:-1].encode())
     return tuple(sorted(kept, key=len, reverse=True))
 
 
@@ -76,9 +82,7 @@ def _redacted(data: bytes, secrets: tuple[bytes, ...]) -> bytes:
 
 
 def _bytes(body: Any) -> bytes:
-    if isinstance(body, bytes):
-        return body
-    return json.dumps(body, ensure_ascii=False, default=str).encode()
+    return body if isinstance(body, bytes) else _JSON.encode(body).encode()
 
 
 def encode(record: Record) -> bytes:
@@ -124,7 +128,7 @@ def encode(record: Record) -> bytes:
         "calls": entries,
         **({"truncated_bytes": cut} if cut else {}),
     }
-    head = _redacted(json.dumps(header, ensure_ascii=False, default=str).encode(), replaced)
+    head = _redacted(_JSON.encode(header).encode(), replaced)
     return head + b"\n" + b"".join(bodies)  # the header holds no newline: json.dumps escapes them
 
 
