@@ -4,6 +4,7 @@ writer process that died is replaced."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -67,21 +68,40 @@ def writer_pid(store: TrajectoryStore) -> int:
     return store.process.pid
 
 
-async def test_a_writer_that_died_loses_its_batch_and_is_replaced(tmp_path: Path) -> None:
+async def test_a_writer_that_died_is_replaced(tmp_path: Path) -> None:
     store = TrajectoryStore(tmp_path)
     try:
         run(store, "first")
         assert await store.read("first") is not None
         first = writer_pid(store)
         os.kill(first, signal.SIGKILL)
-        run(store, "lost")
-        assert await store.read("lost") is None  # answered (404 upstream), not waited on
+        assert store.process is not None
+        await store.process.wait()  # gone before the next batch (one sent meanwhile would be lost)
         run(store, "after")
         assert await store.read("after") is not None
         assert writer_pid(store) != first
     finally:
         await store.close()
     assert store.process is None
+
+
+async def test_a_writer_that_died_with_a_batch_loses_it_and_its_reader_goes_on(tmp_path: Path) -> None:
+    store = TrajectoryStore(tmp_path)
+    try:
+        run(store, "first")
+        assert await store.read("first") is not None
+        pid = writer_pid(store)
+        os.kill(pid, signal.SIGSTOP)  # it takes nothing from its pipe now
+        run(store, "lost")
+        reading = asyncio.create_task(store.read("lost"))
+        while not store._in_flight:  # noqa: ASYNC110 - nothing signals "sent": wait until it is in the pipe
+            await asyncio.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+        assert await reading is None  # answered (404 upstream), not waited on
+        run(store, "after")
+        assert await store.read("after") is not None
+    finally:
+        await store.close()
 
 
 async def test_the_writer_ignores_the_terminals_interrupt(tmp_path: Path) -> None:

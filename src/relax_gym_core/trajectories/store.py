@@ -4,8 +4,8 @@ A trial's Recorder is fed while the trial runs — by its runtime (the /run body
 answer) and by the bridge (each model call: the body as sent upstream, the answer, status, time,
 attempts). Feeding it is cheap because the bridge calls it on every model call: it keeps references to
 bytes it was given and counts them against the per-trial cap, past which it keeps only their sizes.
-When the trial ends (the trial book's on_terminal), it is queued; one thread takes everything queued
-every BATCH_S and hands it to the writer process (writer.py), which stores each trial as one row of
+When the trial ends (the trial book's on_terminal), it joins a batch; every BATCH_S the event loop hands
+the batch to the writer process (writer.py), which stores each trial as one row of
 `<state dir>/trajectories/trajectories.sqlite3` (0600): a header, then the bodies as they came, each
 with every secret of the trial (API key, session id, rollout id, header values) replaced — bodies past
 the cap were never kept, and a marker says how much. Nothing is parsed or folded until a reader asks
@@ -16,19 +16,16 @@ the writer deletes those past the ledger's retention, and the oldest beyond max_
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import pickle
-import queue
 import sqlite3
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zlib
 from collections.abc import Iterable, Mapping
@@ -49,7 +46,6 @@ DEFAULT_MAX_BYTES = 8 * 1024 * 1024  # a long SWE trajectory (hundreds of calls 
 SWEEP_EVERY = 4096  # trajectories written between two sweeps of expired ones
 READ_WAIT_S = 30.0  # how long a read waits for its trajectory to be written
 BATCH_S = 0.05  # a finished trial's trajectory is sent within this (at once when a read waits for it)
-PIPE_BYTES = 1 << 20  # the writer's input pipe (Linux's default limit for an unprivileged process)
 STOP_WAIT_S = 30.0  # how long close() lets the writer process finish its last batch
 
 
@@ -163,27 +159,20 @@ def decode(blob: bytes) -> dict[str, Any]:
     return header
 
 
-def _exchange(process: subprocess.Popen[bytes], payload: bytes) -> None:
-    """Send one frame; wait for the writer's answer that it is committed."""
-    assert process.stdin is not None and process.stdout is not None
-    process.stdin.write(FRAME.pack(len(payload)) + payload)
-    process.stdin.flush()
-    if len(process.stdout.read(FRAME.size)) < FRAME.size:
-        raise EOFError("the writer process closed its output")
-
-
 type _Finished = tuple[Recorder, str, float, int]  # recorder, status, ended_at, place in the queue
 
 
 class TrajectoryStore:
     """Every trial's trajectory: recorders while trials run, rows of `trajectories.sqlite3` once they end.
 
-    The event loop only hands a finished recorder to a queue. One thread takes everything queued so far
-    and sends it, pickled once, to the writer process, which encodes and commits it in one transaction:
-    the Python that costs (headers, secret replacement, SQLite) runs on another core, not under the
-    loop's GIL. The process starts with the first batch, and a new one replaces one that died. `root`
-    None keeps the file in a private temporary directory that goes with the store (a gateway whose
-    trials live in memory).
+    Everything here runs on the event loop, and no thread: a trial that ends joins the batch, and every
+    BATCH_S (at once when a reader waits) the batch is pickled once and written to the writer process's
+    pipe; the process encodes and commits it in one transaction and answers with the batch's last
+    sequence number. The Python that costs (headers, secret replacement, SQLite) runs on another core,
+    and the loop never hands its GIL to a thread of ours. The process starts with the first batch; one
+    that died loses the batches it had not answered, and the next batch starts a new one. `root` None
+    keeps the file in a private temporary directory that goes with the store (a gateway whose trials
+    live in memory).
     """
 
     def __init__(
@@ -206,16 +195,17 @@ class TrajectoryStore:
         self._recorders: dict[str, Recorder] = {}
         self._pending: dict[str, int] = {}  # request id -> its place in the queue, until written
         self._queued = 0
-        self._written = 0  # (read on the loop only; the sender reports through _advance)
+        self._written = 0
         self._wake = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: queue.SimpleQueue[_Finished | None] = queue.SimpleQueue()
-        self._hurry = threading.Event()  # a reader waits for what is queued: send it now
+        self._batch: list[_Finished] = []
+        self._send_at: asyncio.TimerHandle | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+        self._start_lock = asyncio.Lock()
+        self._in_flight: collections.deque[list[_Finished]] = collections.deque()  # sent, not yet answered
+        self.process: asyncio.subprocess.Process | None = None  # the writer process, once started
+        self._answers: asyncio.Task[None] | None = None
         descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # 0600 before SQLite makes it
         os.close(descriptor)
-        self.process: subprocess.Popen[bytes] | None = None  # the writer process, once started
-        self._sender = threading.Thread(target=self._send_loop, daemon=True, name="relax-gym-trajectories")
-        self._sender.start()
         self._readers = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="relax-gym-trajectory-read"
         )
@@ -232,98 +222,82 @@ class TrajectoryStore:
         return self._recorders.get(request_id)
 
     def finished(self, request_id: str, status: TrialStatus) -> None:
-        """A trial ended (the trial book's on_terminal): its trajectory is queued to be written."""
+        """A trial ended (the trial book's on_terminal): its trajectory joins the next batch."""
         recorder = self._recorders.pop(request_id, None)
         if recorder is None:
             return  # it never ran (aborted while queued), or ran before a restart
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
         recorder.closed = True
         self._queued += 1
         self._pending[request_id] = self._queued
-        self._queue.put((recorder, status.value, time.time(), self._queued))
+        self._batch.append((recorder, status.value, time.time(), self._queued))
+        if self._send_at is None:
+            self._send_at = asyncio.get_running_loop().call_later(BATCH_S, self._send_soon)
 
-    # ---- the sender thread and the writer process -------------------------------------------------
+    # ---- to the writer process ------------------------------------------------------------------------
 
-    def _send_loop(self) -> None:
-        while True:
-            batch = [self._queue.get()]
-            if batch[0] is not None:
-                # Let the batch grow: one pickle and one transaction per interval (unless a reader waits).
-                self._hurry.wait(BATCH_S)
-                self._hurry.clear()
-            while True:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            finished = [item for item in batch if item is not None]
-            if finished:
-                self._send(finished)
-                self._done(finished)
-            if None in batch:
-                self._stop_process()
-                return
+    def _send_soon(self) -> None:
+        if self._send_at is not None:
+            self._send_at.cancel()
+            self._send_at = None
+        if self._batch:
+            task = asyncio.get_running_loop().create_task(self._send(self._batch))
+            self._batch = []
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
 
-    def _send(self, finished: list[_Finished]) -> None:
-        """One batch to the writer process, then wait for it to be committed (or given up)."""
-        process = None
+    async def _send(self, batch: list[_Finished]) -> None:
+        """One batch to the writer process; its answer (_receive) tells the readers."""
         try:
             payload = pickle.dumps(
-                (finished[-1][3], [recorder.record(status, at) for recorder, status, at, _ in finished]),
+                (batch[-1][3], [recorder.record(status, at) for recorder, status, at, _ in batch]),
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
-            process = self.process = self.process or self._start_process()
-            _exchange(process, payload)
+            process = await self._started()
+            assert process.stdin is not None
+            self._in_flight.append(batch)
+            process.stdin.write(FRAME.pack(len(payload)) + payload)
+            await process.stdin.drain()  # at once unless the writer is that far behind
         except Exception as exc:  # noqa: BLE001 - whatever failed, the batch is lost and readers go on
-            code = process.poll() if process is not None else None
-            logger.warning(
-                "%d trajectories not written (%s: %s; writer process exit code %s)",
-                len(finished), type(exc).__name__, exc, code,
-            )  # fmt: skip
-            if process is not None:
-                self._stop_process()  # the next batch starts a new one
+            logger.warning("%d trajectories not written (%s: %s)", len(batch), type(exc).__name__, exc)
+            if batch in self._in_flight:
+                self._in_flight.remove(batch)
+            self._settle(batch)
 
-    def _start_process(self) -> subprocess.Popen[bytes]:
-        # -I -S: the writer imports only the standard library; none of this environment's settings apply.
-        command = [sys.executable, "-I", "-S", writer.__file__, *self._writer_args]
-        process = subprocess.Popen(  # noqa: S603 - this interpreter and a file of this package
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True
-        )
-        assert process.stdin is not None
-        with contextlib.suppress(OSError):  # a batch in one write, not woken page by page as it drains
-            fcntl.fcntl(process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-        return process
+    async def _started(self) -> asyncio.subprocess.Process:
+        async with self._start_lock:
+            if self.process is None or self.process.returncode is not None:
+                # -I -S: the writer imports only the standard library; no setting of this environment applies.
+                self.process = await asyncio.create_subprocess_exec(
+                    sys.executable, "-I", "-S", writer.__file__, *self._writer_args,
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                )  # fmt: skip
+                self._answers = asyncio.get_running_loop().create_task(self._receive(self.process))
+            return self.process
 
-    def _stop_process(self) -> None:
-        """Close the writer's input (it finishes and exits); kill it if it does not."""
-        process, self.process = self.process, None
-        if process is None:
-            return
-        assert process.stdin is not None and process.stdout is not None
-        with contextlib.suppress(OSError):
-            process.stdin.close()
+    async def _receive(self, process: asyncio.subprocess.Process) -> None:
+        """The writer's answers, one per batch in the order sent; when it ends, what it had not answered
+        is lost."""
+        assert process.stdout is not None
         try:
-            process.wait(STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            logger.warning("the trajectory writer (pid %d) did not stop: killed", process.pid)
-            process.kill()
-            process.wait()
-        process.stdout.close()
+            while True:
+                await process.stdout.readexactly(FRAME.size)
+                if self._in_flight:
+                    self._settle(self._in_flight.popleft())
+        except (asyncio.IncompleteReadError, OSError):
+            pass
+        code = await process.wait()
+        if self._in_flight:
+            lost = sum(len(batch) for batch in self._in_flight)
+            logger.warning("%d trajectories not written (writer process exit code %s)", lost, code)
+        while self._in_flight:
+            self._settle(self._in_flight.popleft())
 
-    def _done(self, finished: list[_Finished]) -> None:
-        """Tell the loop these are written (or given up): readers waiting for them go on."""
-        last = finished[-1][3]
-        for recorder, _, _, sequence in finished:
+    def _settle(self, batch: list[_Finished]) -> None:
+        """These are written (or given up): readers waiting for them go on."""
+        for recorder, _, _, sequence in batch:
             if self._pending.get(recorder.request_id) == sequence:
                 self._pending.pop(recorder.request_id, None)
-        if self._loop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
-                self._loop.call_soon_threadsafe(self._advance, last)
-
-    def _advance(self, written: int) -> None:
-        """On the loop: everything queued up to `written` is in the file; wake the readers waiting."""
-        self._written = max(self._written, written)
+        self._written = max(self._written, batch[-1][3])
         self._wake.set()
         self._wake = asyncio.Event()
 
@@ -335,7 +309,7 @@ class TrajectoryStore:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + READ_WAIT_S
         if sequence is not None and self._written < sequence:
-            self._hurry.set()
+            self._send_soon()  # a reader waits: no need to let the batch grow
         while sequence is not None and self._written < sequence and loop.time() < give_up:
             with contextlib.suppress(TimeoutError):  # a stuck writer costs a reader this much, never more
                 await asyncio.wait_for(self._wake.wait(), give_up - loop.time())
@@ -353,11 +327,23 @@ class TrajectoryStore:
         return decode(zlib.decompress(data) if compressed else data)
 
     async def close(self) -> None:
-        """Finish every write under way and stop the writer process; a temporary root goes with the
-        store."""
-        self._queue.put(None)
-        self._hurry.set()
-        await asyncio.to_thread(self._sender.join)
+        """Write what is left, stop the writer process (its input closes: it finishes and exits; killed
+        if it does not within STOP_WAIT_S); a temporary root goes with the store."""
+        self._send_soon()
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
+        process, self.process = self.process, None
+        if process is not None:
+            assert process.stdin is not None
+            process.stdin.close()
+            try:
+                await asyncio.wait_for(process.wait(), STOP_WAIT_S)
+            except TimeoutError:
+                logger.warning("the trajectory writer (pid %d) did not stop: killed", process.pid)
+                process.kill()
+                await process.wait()
+            if self._answers is not None:
+                await self._answers  # it settles whatever the writer had not answered
         if self._reader is not None:
             reader, self._reader = self._reader, None
             await asyncio.wrap_future(self._readers.submit(reader.close))
