@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -112,3 +113,32 @@ def test_a_port_in_use_leaves_no_socket_behind() -> None:
         assert set(os.listdir("/proc/self/fd")) == before  # the failed socket was closed, not leaked
     finally:
         held.close()
+
+
+@pytest.mark.parametrize(("inherited", "expected"), [("", 130), ("trap '' INT; ", 130), ("", 143)])
+def test_a_signal_ends_serve_with_its_exit_status_even_when_sigint_was_ignored_at_start(
+    tmp_path: Path, inherited: str, expected: int
+) -> None:
+    """A background job of a script (`relax-gym up ... &`) starts with SIGINT ignored: uvicorn still stops
+    on it, but its re-raise of the signal did nothing and the gateway ended with 0."""
+    spec_file = tmp_path / "envs.json"
+    spec_file.write_text(json.dumps({"echo": {"environment": "echo", "runtime": "echo"}}))
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("NEMO_GYM_")}
+    command = f"{inherited}exec {sys.executable} -m relax_gym_core.cli serve --port 0 --state-dir :memory: "
+    with subprocess.Popen(  # a shell line of our own: `trap` sets what the job inherits
+        ["/bin/sh", "-c", command + f"--environments {spec_file}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**environ, "NEMO_GYM_CALLBACK_ALLOWED_NETWORKS": "127.0.0.1/32"},
+    ) as process:
+        try:
+            assert process.stdout is not None
+            for line in process.stdout:
+                if line.startswith("relax-gym gateway listening on"):
+                    break
+            process.send_signal(signal.SIGINT if expected == 130 else signal.SIGTERM)
+            assert process.wait(timeout=60) == expected
+        finally:
+            if process.poll() is None:
+                process.kill()

@@ -46,7 +46,12 @@ def run(
         loop_factory: Any = uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is part of the gateway extra
         loop_factory = None
-    asyncio.run(serve(app, sock, log_level=log_level, limits=limits), loop_factory=loop_factory)
+    stopped_by = asyncio.run(serve(app, sock, log_level=log_level, limits=limits), loop_factory=loop_factory)
+    if stopped_by == signal.SIGINT:
+        # uvicorn re-raises the signal after its graceful shutdown; where SIGINT was ignored when this
+        # process began (a background job of a script: `relax-gym up ... &`), that did nothing and this
+        # would end with 0. It ends as an interrupt either way (the CLI's 130).
+        raise KeyboardInterrupt
 
 
 FD_RESERVE = 64  # descriptors for everything but client connections: listeners, logs, runtime files
@@ -105,9 +110,12 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, app: Starlette) -> None:
         super().__init__(config)
         self._app = app
+        self.stopped_by: int | None = None  # the first signal that began the shutdown
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
+        if self.stopped_by is None:
+            self.stopped_by = sig
         # Any ASGI app may be served here (the bench's floor proxy is a bare function): ours has the hook.
         begins = getattr(getattr(self._app, "state", None), "shutdown_begins", None)
         if begins is not None:
@@ -116,8 +124,9 @@ class _Server(uvicorn.Server):
 
 async def serve(
     app: Starlette, sock: socket.socket, *, log_level: str = "warning", limits: Limits = DEFAULT_LIMITS
-) -> None:
-    """Serve until SIGINT/SIGTERM; print the listening line once the app has started (lifespan done)."""
+) -> int | None:
+    """Serve until SIGINT/SIGTERM (returned: the signal that stopped it); print the listening line once
+    the app has started (lifespan done)."""
     max_connections = connection_cap(limits.max_connections, raise_fd_limit())
     if max_connections < limits.max_connections:
         logger.warning(
@@ -153,3 +162,4 @@ async def serve(
     await task
     if not server.started:
         sys.exit(1)
+    return server.stopped_by
