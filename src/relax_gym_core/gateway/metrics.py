@@ -150,6 +150,7 @@ class GatewayMetrics:
             ["location"],
             registry=self.registry,
         )
+        self._per_call: dict[tuple[str, str, str, int], tuple[Counter, Histogram]] = {}  # as many as labels
         self._retries = Counter(
             "relax_gym_model_call_retries",
             "Upstream attempts beyond the first",
@@ -183,8 +184,15 @@ class GatewayMetrics:
 
     def callback(self, outcome: CallbackOutcome) -> None:
         env = (outcome.environment, outcome.config) if outcome.environment else _NO_TRIAL
-        self._calls.labels(*env, outcome.resource, str(outcome.status)).inc()
-        self._call_seconds.labels(*env, outcome.resource).observe(outcome.seconds)
+        key = (*env, outcome.resource, outcome.status)
+        children = self._per_call.get(key)
+        if children is None:  # labels() validates and locks on every call: once per label set instead
+            children = self._per_call[key] = (
+                self._calls.labels(*env, outcome.resource, str(outcome.status)),
+                self._call_seconds.labels(*env, outcome.resource),
+            )
+        children[0].inc()
+        children[1].observe(outcome.seconds)
         if outcome.attempts > 1:
             self._retries.labels(*env, outcome.resource).inc(outcome.attempts - 1)
 
