@@ -57,7 +57,9 @@ def trajectory_path(request_id: str) -> str:
 class Recorder:
     """One trial's trajectory while it runs (RunContext.trajectory for its runtime)."""
 
-    __slots__ = ("calls", "closed", "config", "environment", "left", "request_id", "run", "secrets")
+    __slots__ = (
+        "answer", "calls", "closed", "config", "environment", "left", "request", "request_id", "secrets"
+    )  # fmt: skip
 
     def __init__(
         self, request_id: str, environment: str, config: str, secrets: Iterable[str], max_bytes: int
@@ -66,20 +68,22 @@ class Recorder:
         self.environment = environment
         self.config = config
         self.secrets = tuple(secrets)  # replaced by the writer process (writer.secret_bytes)
-        self.calls: list[ModelCall] = []
-        self.run: dict[str, bytes | Mapping[str, Any]] = {}
+        # Nothing allocated until used: one object per trial is what the collector has to walk.
+        self.request: bytes | Mapping[str, Any] | None = None
+        self.answer: bytes | Mapping[str, Any] | None = None
+        self.calls: list[ModelCall] | None = None
         self.left = max_bytes
         self.closed = False  # once its trial ended: the writer reads it, nothing changes it
 
     def run_request(self, body: bytes | Mapping[str, Any]) -> None:
         """The body the environment's /run got (or, from a runtime that never encodes it, the document)."""
         if not self.closed:
-            self.run["request"] = body
+            self.request = body
 
     def run_answer(self, body: bytes | Mapping[str, Any]) -> None:
         """The environment's answer to /run (its output items and the verifier's fields)."""
         if not self.closed:
-            self.run["answer"] = body
+            self.answer = body
 
     def model_call(
         self,
@@ -100,6 +104,8 @@ class Recorder:
         kept = size <= self.left
         if kept:
             self.left -= size
+        if self.calls is None:
+            self.calls = []
         self.calls.append(
             (resource, request if kept else None, answer if kept else None, size, status, streamed, seconds,
              attempts, error)
@@ -107,8 +113,8 @@ class Recorder:
 
     def record(self, status: str, ended_at: float) -> Record:
         """What the writer process gets: plain values only."""
-        return (self.request_id, self.environment, self.config, self.secrets, self.run, self.calls,
-                self.left, status, ended_at)  # fmt: skip
+        return (self.request_id, self.environment, self.config, self.secrets, self.request, self.answer,
+                self.calls, self.left, status, ended_at)  # fmt: skip
 
 
 def _parsed(data: bytes) -> Any:

@@ -35,9 +35,9 @@ _JSON = json.JSONEncoder(ensure_ascii=False, default=str)  # one encoder: json.d
 # resource, request, answer, size, status, streamed, seconds, attempts, error. request/answer are None
 # when the trial's cap was spent: `size` says how much was left out.
 type ModelCall = tuple[str, bytes | None, bytes | None, int, int, bool, float, int, str | None]
-# One finished trial: request_id, environment, config, secrets, run ("request"/"answer": bytes, or a
-# document to encode), calls, bytes left under the cap, status, ended_at.
-type Record = tuple[str, str, str, tuple[str, ...], dict[str, Any], list[ModelCall], int, str, float]
+# One finished trial: request_id, environment, config, secrets, the /run request and answer (bytes, a
+# document to encode, or None), calls (None: none), bytes left under the cap, status, ended_at.
+type Record = tuple[str, str, str, tuple[str, ...], Any, Any, list[ModelCall] | None, int, str, float]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS trajectories (
@@ -68,8 +68,8 @@ def dump(record: Record) -> bytes:
     try:
         return marshal.dumps(record)
     except ValueError:
-        run = {key: _bytes(body) for key, body in record[4].items()}
-        return marshal.dumps((*record[:4], run, *record[5:]))
+        run = tuple(None if body is None else _bytes(body) for body in record[4:6])
+        return marshal.dumps((*record[:4], *run, *record[6:]))
 
 
 def secret_bytes(secrets: Iterable[str]) -> tuple[bytes, ...]:
@@ -99,7 +99,8 @@ def encode(record: Record) -> bytes:
     """One trial's record as stored: a JSON header line, then each kept body's bytes as they came.
     Nothing is parsed or folded here — that waits for a reader — and each part has the trial's secrets
     replaced before its length is taken."""
-    request_id, environment, config, secrets, run, calls, left, status, _ended_at = record
+    request_id, environment, config, secrets, run_request, run_answer, calls, left, status, _ = record
+    calls = calls or []
     replaced = secret_bytes(secrets)
     bodies: list[bytes] = []
     entries = []
@@ -118,9 +119,9 @@ def encode(record: Record) -> bytes:
         entries.append(entry)
     run_doc: dict[str, Any] = {}
     cut = sum(call[3] for call in calls if call[1] is None)
-    for key in ("request", "answer"):
-        if key in run:
-            kept = _redacted(_bytes(run[key]), replaced)
+    for key, body in (("request", run_request), ("answer", run_answer)):
+        if body is not None:
+            kept = _redacted(_bytes(body), replaced)
             if len(kept) <= left:
                 left -= len(kept)
                 run_doc[key] = len(kept)
@@ -156,7 +157,7 @@ def commit(connection: sqlite3.Connection, records: list[Record]) -> int:
         except Exception as exc:  # noqa: BLE001 - one bad record must not lose the batch
             _warn(f"trajectory of request_id={record[0]} not kept: {type(exc).__name__}: {exc}")
             continue
-        index.append((record[0], record[8], compressed, offset, len(data)))
+        index.append((record[0], record[9], compressed, offset, len(data)))
         blobs.append(data)
         offset += len(data)
     if index:
