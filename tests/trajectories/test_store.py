@@ -68,12 +68,17 @@ def writer_pid(store: TrajectoryStore) -> int:
     return store.process.pid
 
 
+async def started_writer(store: TrajectoryStore) -> int:
+    """The pid of the writer process, started by a first trajectory that was written and read back."""
+    run(store, "first")
+    assert await store.read("first") is not None
+    return writer_pid(store)
+
+
 async def test_a_writer_that_died_is_replaced(tmp_path: Path) -> None:
     store = TrajectoryStore(tmp_path)
     try:
-        run(store, "first")
-        assert await store.read("first") is not None
-        first = writer_pid(store)
+        first = await started_writer(store)
         os.kill(first, signal.SIGKILL)
         assert store.process is not None
         await store.process.wait()  # gone before the next batch (one sent meanwhile would be lost)
@@ -88,9 +93,7 @@ async def test_a_writer_that_died_is_replaced(tmp_path: Path) -> None:
 async def test_a_writer_that_died_with_a_batch_loses_it_and_its_reader_goes_on(tmp_path: Path) -> None:
     store = TrajectoryStore(tmp_path)
     try:
-        run(store, "first")
-        assert await store.read("first") is not None
-        pid = writer_pid(store)
+        pid = await started_writer(store)
         os.kill(pid, signal.SIGSTOP)  # it takes nothing from its pipe now
         run(store, "lost")
         reading = asyncio.create_task(store.read("lost"))
@@ -109,9 +112,7 @@ async def test_the_writer_ignores_the_terminals_interrupt(tmp_path: Path) -> Non
     last batch)."""
     store = TrajectoryStore(tmp_path)
     try:
-        run(store, "before")
-        assert await store.read("before") is not None
-        pid = writer_pid(store)
+        pid = await started_writer(store)
         os.kill(pid, signal.SIGINT)
         run(store, "after")
         assert await store.read("after") is not None

@@ -35,7 +35,7 @@ from typing import Any
 from relax_gym_core.protocol import TrialStatus
 from relax_gym_core.trajectories import writer
 from relax_gym_core.trajectories.fold import fold_stream, usage_of
-from relax_gym_core.trajectories.writer import FORMAT, FRAME, ModelCall, Record, connect
+from relax_gym_core.trajectories.writer import FORMAT, FRAME, ModelCall, Record, connect, cut_marker
 
 logger = logging.getLogger("relax_gym.trajectories")
 
@@ -124,10 +124,6 @@ def _parsed(data: bytes) -> Any:
         return data.decode("utf-8", "replace")
 
 
-def _cut(size: int) -> dict[str, Any]:
-    return {"truncated": True, "bytes": size}  # the marker that stands for a body past the cap
-
-
 def decode(blob: bytes) -> dict[str, Any]:
     """The document a reader gets: bodies parsed, streamed answers folded, usage per call."""
     head, _, rest = blob.partition(b"\n")
@@ -140,7 +136,7 @@ def decode(blob: bytes) -> dict[str, Any]:
             if key in entry:
                 call[key] = entry[key]
         if "request" not in entry:
-            call["request"] = call["response"] = _cut(entry["size"])
+            call["request"] = call["response"] = cut_marker(entry["size"])
         else:
             call["request"] = _parsed(rest[offset : offset + entry["request"]])
             offset += entry["request"]

@@ -62,6 +62,11 @@ def connect(path: str) -> sqlite3.Connection:
     return connection
 
 
+def cut_marker(size: int) -> dict[str, Any]:
+    """The marker that stands for a body past the cap (stored for the run's bodies, shown for a call's)."""
+    return {"truncated": True, "bytes": size}
+
+
 def dump(record: Record) -> bytes:
     """A record as the writer gets it: marshal (this interpreter's own format, faster than pickle), or,
     for a run document holding something marshal refuses, that document as JSON first."""
@@ -128,7 +133,7 @@ def encode(record: Record) -> bytes:
                 bodies.append(kept)
             else:
                 cut += len(kept)
-                run_doc[key] = {"truncated": True, "bytes": len(kept)}
+                run_doc[key] = cut_marker(len(kept))
     header = {
         "format": FORMAT,
         "request_id": request_id,
