@@ -150,6 +150,8 @@ async def inprocess_run(
     """(wall s, CPU s, confirmed) for `count` lifecycles; with a ledger, until the last one is written;
     with trajectories, until the last one is written too."""
     service = make_service(limit // 2, limit // 2, store=store, trajectories=trajectories)
+    if trajectories is not None:
+        await trajectories.start()  # as the gateway's lifespan does
     await service.start()
     batch = requests("inproc", count)
     wall, cpu = time.perf_counter(), time.process_time()

@@ -20,7 +20,7 @@ SECRET = "sk-store-secret-000111"
 
 
 def run(store: TrajectoryStore, request_id: str) -> None:
-    recorder = store.begin(request_id, "echo", "echo", [SECRET, "short"])
+    recorder = store.begin(request_id, "echo", "echo", (SECRET, "short"))
     recorder.run_request(json.dumps({"task": "say hi", "echoed": SECRET}).encode())
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi short"}]}).encode()
     answer = json.dumps({"choices": [{"message": {"content": "hi"}}], "usage": {"prompt_tokens": 3}}).encode()
@@ -64,7 +64,7 @@ async def test_only_the_newest_max_retained_are_kept(tmp_path: Path) -> None:
 
 
 def writer_pid(store: TrajectoryStore) -> int:
-    assert store.process is not None  # started by the first batch
+    assert store.process is not None  # started by start() or the first batch
     return store.process.pid
 
 
@@ -73,6 +73,19 @@ async def started_writer(store: TrajectoryStore) -> int:
     run(store, "first")
     assert await store.read("first") is not None
     return writer_pid(store)
+
+
+async def test_start_spawns_the_writer_before_any_trial_and_the_first_trial_uses_it(tmp_path: Path) -> None:
+    """The gateway starts its writer with itself: the first batch does not pay for a process spawn."""
+    store = TrajectoryStore(tmp_path)
+    try:
+        await store.start()
+        pid = writer_pid(store)
+        os.kill(pid, 0)  # alive, before any trial ran
+        assert await started_writer(store) == pid
+    finally:
+        await store.close()
+    assert store.process is None
 
 
 async def test_a_writer_that_died_is_replaced(tmp_path: Path) -> None:

@@ -318,6 +318,8 @@ def create_app(
             # The upstream pool is bound to the running loop, so it is made here, not in the factory.
             client = UPSTREAM_CLIENTS[settings.upstream_client](proxy=policy.proxy if policy else None)
             bridge.forwarder = Forwarder(client, callback_timeout_s=settings.callback_timeout_s)
+        if trajectories is not None:
+            await trajectories.start()
         await service.start()
         for pool in pools:
             pool.open()  # probing needs the running loop

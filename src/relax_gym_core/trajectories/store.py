@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +62,12 @@ class Recorder:
     )  # fmt: skip
 
     def __init__(
-        self, request_id: str, environment: str, config: str, secrets: Iterable[str], max_bytes: int
+        self, request_id: str, environment: str, config: str, secrets: tuple[str, ...], max_bytes: int
     ) -> None:
         self.request_id = request_id
         self.environment = environment
         self.config = config
-        self.secrets = tuple(secrets)  # replaced by the writer process (writer.secret_bytes)
+        self.secrets = secrets  # replaced by the writer process (writer.secret_bytes)
         # Nothing allocated until used: one object per trial is what the collector has to walk.
         self.request: bytes | Mapping[str, Any] | None = None
         self.answer: bytes | Mapping[str, Any] | None = None
@@ -168,13 +168,13 @@ class TrajectoryStore:
     """Every trial's trajectory: recorders while trials run, rows of `trajectories.sqlite3` once they end.
 
     Everything here runs on the event loop, and no thread: a trial that ends joins the batch, and every
-    BATCH_S (at once when a reader waits) the batch is written to the writer process's
-    pipe; the process encodes and commits it in one transaction and answers with the batch's last
-    sequence number. The Python that costs (headers, secret replacement, SQLite) runs on another core,
-    and the loop never hands its GIL to a thread of ours. The process starts with the first batch; one
-    that died loses the batches it had not answered, and the next batch starts a new one. `root` None
-    keeps the file in a private temporary directory that goes with the store (a gateway whose trials
-    live in memory).
+    BATCH_S (at once when a reader waits) the batch is written to the writer process's pipe; the
+    process encodes and commits it in one transaction and answers with the batch's last sequence
+    number. The Python that costs (headers, secret replacement, SQLite) runs on another core, and the
+    loop never hands its GIL to a thread of ours. start() starts the process with the gateway (else the
+    first batch does); one that died loses the batches it had not answered, and the next batch starts
+    a new one. `root` None keeps the file in a private temporary directory that goes with the store (a
+    gateway whose trials live in memory).
     """
 
     def __init__(
@@ -213,9 +213,13 @@ class TrajectoryStore:
         )
         self._reader: sqlite3.Connection | None = None
 
+    async def start(self) -> None:
+        """Start the writer process now, with the gateway, rather than with the first trial's batch."""
+        await self._started()
+
     # ---- while a trial runs -------------------------------------------------------------------------
 
-    def begin(self, request_id: str, environment: str, config: str, secrets: Iterable[str]) -> Recorder:
+    def begin(self, request_id: str, environment: str, config: str, secrets: tuple[str, ...]) -> Recorder:
         recorder = Recorder(request_id, environment, config, secrets, self.max_bytes)
         self._recorders[request_id] = recorder
         return recorder
@@ -229,13 +233,12 @@ class TrajectoryStore:
         if recorder is None:
             return  # it never ran (aborted while queued), or ran before a restart
         recorder.closed = True
-        self._queued += 1
-        self._pending[request_id] = self._queued
+        self._queued = sequence = self._queued + 1
+        self._pending[request_id] = sequence
         # Serialized now, so nothing of the trial outlives this call: kept for a batch interval, the
         # recorders' containers reached the collector's oldest generation and every full collection
         # (it walks all of a busy gateway's trials) came sooner (about a tenth of the loop, in-process).
-        record = writer.dump(recorder.record(status.value, time.time()))
-        self._batch.append((request_id, self._queued, record))
+        self._batch.append((request_id, sequence, writer.dump(recorder.record(status.value, time.time()))))
         if self._send_at is None:
             self._send_at = asyncio.get_running_loop().call_later(BATCH_S, self._send_soon)
 
