@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from relax_gym_core.client import ClientOptions, ClientSettings, GatewayClient, build_create_request
-from relax_gym_core.protocol import CreateTrialRequest
+from relax_gym_core.protocol import EPOCH_HEADER, CreateTrialRequest
 
 SESSION_ID = "agentic_session_shard_0.session-0123456789abcdef0123456789abcdef"
 
@@ -54,12 +54,19 @@ def health_body(epoch: str) -> dict[str, Any]:
 
 class FakeGateway:
     """Speaks the trial API from memory. `script[op]` queues overrides (a Response, an exception to
-    raise, or a handler) consumed one per call before the default behaviour applies."""
+    raise, or a handler) consumed one per call before the default behaviour applies. Like the reference
+    gateway, its create answers name no service epoch unless `names_epoch` (relax-gym's EPOCH_HEADER)."""
 
     def __init__(
-        self, *, epoch: str = "epoch-1", running_polls: int = 1, final: dict[str, Any] | None = None
+        self,
+        *,
+        epoch: str = "epoch-1",
+        running_polls: int = 1,
+        final: dict[str, Any] | None = None,
+        names_epoch: bool = False,
     ):
         self.epoch = epoch
+        self.names_epoch = names_epoch
         self.running_polls = running_polls  # GETs answered "running" before the final snapshot
         self.final = final or {"status": "completed", "reward": 1.0, "metrics": {"turns": 2}}
         self.script: dict[str, list[Any]] = defaultdict(list)
@@ -106,7 +113,9 @@ class FakeGateway:
             return httpx.Response(200, json=health_body(self.epoch))
         if op == "create":
             self.request_id = json.loads(request.content)["request_id"]
-            return httpx.Response(202, json=snapshot_body(self.request_id, self.create_status))
+            headers = {EPOCH_HEADER: self.epoch} if self.names_epoch else None
+            body = snapshot_body(self.request_id, self.create_status)
+            return httpx.Response(202, json=body, headers=headers)
         request_id = request.url.path.split("/")[3]
         if op == "renew":
             self.renewals += 1

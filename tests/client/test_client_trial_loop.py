@@ -60,18 +60,40 @@ async def test_terminal_on_create_needs_no_polling(
     assert gateway.ops() == ["health", "create"]
 
 
-async def test_polls_and_renews_until_terminal(fake_gateway: Any, client_for: Any, make_request: Any) -> None:
+async def test_polls_until_terminal_and_a_trial_shorter_than_a_renew_interval_sends_none(
+    fake_gateway: Any, make_client: Any, make_request: Any
+) -> None:
     gateway = fake_gateway(running_polls=3)
-    request = make_request()
+    request = make_request(NEMO_GYM_LEASE_S="600")  # renews every 200 s of the client's clock
     with anyio.fail_after(SAFETY_S):
-        async with client_for(gateway) as client:
+        async with make_client(gateway.transport()) as client:
             snapshot = await run_trial(request, client=client)
     assert (snapshot.status.value, snapshot.reward) == ("completed", 1.0)
     ops = gateway.ops()
     assert ops[:2] == ["health", "create"]
     assert ops.count("get") == 4
-    assert ops.count("renew") >= 1  # the first renew goes out right after create
+    assert "renew" not in ops  # the create itself started the lease
     assert "abort" not in ops
+
+
+async def test_a_create_slower_than_a_renew_interval_is_renewed_at_once(
+    fake_gateway: Any, make_client: Any, make_request: Any, recorder: Any
+) -> None:
+    """The lease started when the create reached the gateway, no sooner than it was sent: a renew is due
+    one interval after that, so at once after a slow create (the trial here ends only once renewed)."""
+    gateway = fake_gateway(running_polls=0)
+    gateway.complete_after_renewals = 1
+
+    def slow_create(request: httpx.Request) -> httpx.Response:
+        recorder.now += 300  # the client's clock: longer than the 200 s interval
+        return gateway.default("create", request)
+
+    gateway.script["create"] = [slow_create]
+    with anyio.fail_after(SAFETY_S):  # a renew timed from after the create would come 200 s later
+        async with make_client(gateway.transport()) as client:
+            snapshot = await run_trial(make_request(NEMO_GYM_LEASE_S="600"), client=client)
+    assert snapshot.status.value == "completed"
+    assert gateway.renewals >= 1
 
 
 async def test_stop_cancels_the_inflight_get_then_aborts(
@@ -217,7 +239,7 @@ async def test_404_after_a_restart_names_the_restart(
 ) -> None:
     gateway = fake_gateway(running_polls=10**9)
     gateway.script[op] = [not_found(gateway, new_epoch="epoch-2")]
-    request = make_request()
+    request = make_request(NEMO_GYM_LEASE_S="0.5")  # a renew within the test
     with anyio.fail_after(SAFETY_S):
         async with client_for(gateway) as client:
             with pytest.raises(TrialGoneError) as caught:
@@ -229,6 +251,26 @@ async def test_404_after_a_restart_names_the_restart(
     assert caught.value.restarted
     assert "abort" not in gateway.ops()  # nothing left to abort
     assert gateway.ops().count("health") == 2
+
+
+async def test_a_gateway_naming_its_epoch_is_not_probed_before_each_create_and_restarts_are_still_named(
+    fake_gateway: Any, client_for: Any, make_request: Any
+) -> None:
+    gateway = fake_gateway(names_epoch=True)
+    with anyio.fail_after(SAFETY_S):
+        async with client_for(gateway) as client:
+            await run_trial(make_request(), client=client)
+            assert gateway.ops()[:2] == ["health", "create"]  # not yet known to name it: probed
+            del gateway.calls[:]
+            await run_trial(make_request(), client=client)
+            assert gateway.ops()[0] == "create"
+            assert "health" not in gateway.ops()
+            # The create's answer named epoch-1; the gateway now answering is another process.
+            gateway.running_polls, gateway.gets = 10**9, 0
+            gateway.script["get"] = [not_found(gateway, new_epoch="epoch-2")]
+            with pytest.raises(TrialGoneError) as caught:
+                await run_trial(make_request(), client=client)
+    assert caught.value.restarted
 
 
 async def test_404_without_restart_or_after_expiry(

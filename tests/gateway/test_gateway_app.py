@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 from relax_gym_core.gateway import GatewaySettings, create_app, parse_environments
 from relax_gym_core.plugin import EnvironmentFailure
+from relax_gym_core.protocol import EPOCH_HEADER
 from relax_gym_core.runtimes import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
@@ -108,6 +109,17 @@ def test_idempotent_replay_conflict_and_token_refresh(app_client: Any, make_body
     assert conflict.status_code == 409
     assert conflict.json() == {"detail": "request_id already exists with a different payload"}
     assert client.get("/healthz").json()["trials"] == 1
+
+
+def test_a_create_answer_names_the_service_epoch_of_its_gateway(app_client: Any, make_body: Any) -> None:
+    """Every create answer, a replay's too: a client learns which gateway process holds the trial without
+    a /healthz probe of its own (restart detection, client/trial.py)."""
+    client = app_client()
+    body = make_body(echo={"sleep_s": 60})
+    epoch = client.get("/healthz").json()["service_epoch"]
+    assert [client.post("/v1/trials", json=body).headers[EPOCH_HEADER] for _ in range(2)] == [epoch, epoch]
+    restarted = app_client()  # another gateway process
+    assert restarted.post("/v1/trials", json=make_body()).headers[EPOCH_HEADER] != epoch
 
 
 def test_queue_full_is_429_with_retry_after(app_client: Any, make_body: Any) -> None:

@@ -34,6 +34,7 @@ from relax_gym_core.client.exceptions import TrialGoneError
 from relax_gym_core.client.settings import ClientOptions
 from relax_gym_core.errors import GatewayRequestError, ProtocolError
 from relax_gym_core.protocol import (
+    EPOCH_HEADER,
     MAX_WAIT_S,
     WAITED_HEADER,
     CleanupState,
@@ -158,6 +159,9 @@ class GatewayClient:
         headers = {"user-agent": _USER_AGENT, "accept-encoding": "identity"}
         self._api_token = api_token or None  # kept only to mask it should a gateway ever echo it
         self._long_polls: bool | None = None  # does the gateway answer ?wait_s= (next_snapshot)
+        # The service_epoch the last create's answer named (EPOCH_HEADER); None from a gateway that names
+        # none. Read it right after create() returns: no other task runs in between.
+        self.service_epoch: str | None = None
         if api_token:
             headers["authorization"] = f"Bearer {api_token}"
         # trust_env=False: proxies from the trainer's environment must not sit between us and the gateway.
@@ -201,6 +205,7 @@ class GatewayClient:
             ),
             request=request,
         )
+        self.service_epoch = response.headers.get(EPOCH_HEADER)
         return parse_snapshot(self._json(response, "create"), request_id=request.request_id)
 
     async def get(self, request_id: str, *, retry_until: float | None = None) -> TrialSnapshot:
@@ -243,7 +248,10 @@ class GatewayClient:
         TimeoutError naming the trial when `timeout_s` passes first.
         """
         until = self.clock() + timeout_s
-        snapshot = await self.get(request_id, retry_until=until)
+        if self._long_polls:  # answered at once if settled, else at the next transition: no GET first
+            snapshot = await self.next_snapshot(request_id, retry_until=until)
+        else:
+            snapshot = await self.get(request_id, retry_until=until)
         while True:
             if snapshot.status.is_terminal and snapshot.cleanup not in (None, CleanupState.PENDING):
                 return snapshot

@@ -6,9 +6,12 @@ the reference loop:
   the gateway, would have run out; only then is the trial given up (abort + error). Poll failures get
   up to one lease period each, so a GET that keeps failing while renews succeed cannot hang the
   session;
-- the first renew is sent right after create, so that anchor is fresh even after a slow create;
+- renews are timed from that anchor: the first goes out one interval after the create was sent, which
+  is at once after a create slower than that (short trials, the most common, need none);
 - a 404 is explained: trial expired, or gateway restarted (its /healthz service_epoch differs from
-  the one seen before create), or simply not found.
+  the one the create's answer named, or, from a gateway that names none, the one seen before create),
+  or simply not found. A client that has seen a create's answer name its epoch probes no /healthz
+  before its next creates.
 """
 
 from __future__ import annotations
@@ -123,16 +126,22 @@ class _TrialRun:
             self._decide(tg, result=snapshot)
 
     async def _create(self) -> TrialSnapshot:
-        self.epoch = await self._service_epoch()
+        if self.gateway.service_epoch is None:  # a gateway not yet seen to name its epoch: probe it
+            self.epoch = await self._service_epoch()
         self.lease_anchor = self.gateway.clock()
         self.create_sent = True
         snapshot = await self.gateway.create(self.request)
         self.created = True
+        if self.gateway.service_epoch is not None:  # this create's answer named the gateway holding it
+            self.epoch = self.gateway.service_epoch
         return snapshot
 
     async def _heartbeat(self, tg: TaskGroup) -> None:
         interval = max(MIN_HEARTBEAT_S, self.request.lease_s / 3)
         try:
+            # The create refreshed the lease no sooner than lease_anchor: the first renew is due one
+            # interval after it, like every later one after the renew before.
+            await anyio.sleep(max(0.0, self.lease_anchor + interval - self.gateway.clock()))
             while True:
                 sent_at = self.gateway.clock()
                 try:

@@ -35,6 +35,7 @@ from relax_gym_core.plugin import Hooks, make_plugin_manager
 from relax_gym_core.plugin.registry import RuntimeFactory
 from relax_gym_core.plugin.specs import EnvironmentSpec, environments_document
 from relax_gym_core.protocol import (
+    EPOCH_HEADER,
     MAX_WAIT_S,
     PROTOCOL_VERSION,
     ROLLOUT_TAG,
@@ -116,10 +117,10 @@ def _gateway(request: Request) -> Gateway:
 
 async def create_trial(request: Request) -> Response:
     trial_request = await request.app.state.intake.parse(await request.body())
-    service = _gateway(request).service
-    snapshot, _created = service.create(trial_request)
-    await service.written(trial_request.request_id)  # durable before acknowledged
-    return json_response(unstructure(snapshot), 202)
+    gateway = _gateway(request)
+    snapshot, _created = gateway.service.create(trial_request)
+    await gateway.service.written(trial_request.request_id)  # durable before acknowledged
+    return json_response(unstructure(snapshot), 202, {EPOCH_HEADER: gateway.service_epoch})
 
 
 def _wait_s(request: Request) -> float:

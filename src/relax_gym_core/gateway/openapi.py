@@ -21,6 +21,7 @@ from relax_gym_core.bridge.routes import RESOURCES
 from relax_gym_core.gateway.config import GatewaySettings
 from relax_gym_core.protocol import (
     BRIDGE_PREFIX,
+    EPOCH_HEADER,
     MAX_WAIT_S,
     PROTOCOL_VERSION,
     ROLLOUT_TAG,
@@ -178,7 +179,16 @@ def build_openapi(settings: GatewaySettings) -> dict[str, Any]:
             "post": trial_op(
                 "Create a trial (idempotent by request_id)",
                 {
-                    "202": {**_body(snapshot, "trial snapshot"), "links": poll_link},
+                    "202": {
+                        **_body(snapshot, "trial snapshot"),
+                        "links": poll_link,
+                        "headers": {
+                            EPOCH_HEADER: {
+                                "description": "the service_epoch (GET /healthz) of the trial's gateway",
+                                "schema": {"type": "string"},
+                            }
+                        },
+                    },
                     "400": _body(error, "bad JSON, unregistered environment, policy or deadline mismatch"),
                     "409": _body(error, "request_id reused with a different payload"),
                     "413": too_large,

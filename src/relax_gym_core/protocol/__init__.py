@@ -20,6 +20,7 @@ from relax_gym_core.protocol.converter import (
     unstructure,
 )
 from relax_gym_core.protocol.types import (
+    EPOCH_HEADER,
     MAX_WAIT_S,
     PROTOCOL_VERSION,
     WAITED_HEADER,
@@ -38,6 +39,7 @@ from relax_gym_core.protocol.types import (
 
 __all__ = [
     "BRIDGE_PREFIX",
+    "EPOCH_HEADER",
     "MAX_WAIT_S",
     "PROTOCOL_VERSION",
     "ROLLOUT_INDEX",

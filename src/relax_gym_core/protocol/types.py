@@ -24,6 +24,10 @@ PROTOCOL_VERSION: Final = "relax-nemo-gym/v1"
 # without it (the reference) ignores the parameter and answers at once, so its clients poll as before.
 MAX_WAIT_S: Final = 30.0
 WAITED_HEADER: Final = "relax-gym-waited"
+# Also relax-gym's own: the answer to a create names the service_epoch (GET /healthz) of the gateway that
+# holds the trial, so a client that later meets a 404 can tell a restart apart without probing /healthz
+# before every create. A gateway without it (the reference) is probed, as before.
+EPOCH_HEADER: Final = "relax-gym-service-epoch"
 REQUEST_ID_MAX_LEN: Final = 256
 _REQUEST_ID_RE: Final = re.compile(r"[A-Za-z0-9._~-]+")
 # RFC 7230 token characters; header names outside this set would let a client smuggle headers upstream.
