@@ -6,7 +6,6 @@ helpers beside them (output_counts, verified_answer, verified_result).
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from relax_gym_core.errors import EnvironmentFailure, RowError
 from relax_gym_core.plugin.runs import RunResult
 from relax_gym_core.protocol import Generation, TrialStatus, run_indices
+from relax_gym_core.protocol.jsonutil import deep_copy
 
 _NOT_A_ROW = "NeMo Gym row must contain responses_create_params (a plugin converts rows of other shapes)"
 _NOT_PRESERVED = frozenset({"input", "tools", "parallel_tool_calls", "instructions"})
@@ -53,7 +53,7 @@ def convert_row(row: dict[str, Any]) -> dict[str, Any]:
 def build_run_body(task: dict[str, Any], generation: Generation, rollout_id: str) -> dict[str, Any]:
     """Relax session input -> the agent's /run body (reference order of merges), with the rollout id as
     _ng_task_index/_ng_rollout_index (relax_gym_core.protocol.run_indices)."""
-    task = copy.deepcopy(task)
+    task = deep_copy(task)  # per trial, and workplace tasks are ~17 KB: deepcopy was ~0.35 ms of them
     if isinstance(task.get("responses_create_params"), dict):
         body = task  # already a raw NeMo Gym row
     else:
