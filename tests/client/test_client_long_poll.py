@@ -1,6 +1,7 @@
-"""GatewayClient.next_snapshot: one long poll (``?wait_s=``) per interval where the gateway offers it,
-learned from its first answer; where not (the reference gateway ignores the parameter), a sleep then a
-GET per interval, as the client always polled."""
+"""GatewayClient.next_snapshot: long polls (``?wait_s=``) where the gateway offers them, learned from its
+first answer (which asks for one interval; later ones for 30 s, answered at the change anyway); where not
+(the reference gateway ignores the parameter), a sleep then a GET per interval, as the client always
+polled."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ async def test_the_client_long_polls_where_offered_and_sleeps_where_not(waits: b
     queries = [request.url.query.decode() for request in fake.requests]
     if waits:  # each poll is one long poll, and nobody sleeps
         assert statuses == ["running", "running", "completed"]
-        assert queries == ["wait_s=2"] * 3 and slept == []
+        assert queries == ["wait_s=2", "wait_s=30", "wait_s=30"] and slept == []
     else:  # learned from the first answer; then a sleep and a plain GET per interval
         assert statuses == ["running", "completed"]
         assert queries == ["wait_s=2", "", ""]
@@ -74,3 +75,24 @@ async def test_a_terminal_answer_is_returned_even_from_a_gateway_that_does_not_w
     async with GatewayClient("http://gateway.test", transport=transport, sleep=sleep) as client:
         assert (await client.next_snapshot("r-2")).status.value == "completed"
     assert len(requests) == 1
+
+
+async def test_settled_never_asks_to_wait_past_its_timeout() -> None:
+    """Its long polls wait at most half of what is left of `timeout_s` (the answer has as long again to
+    arrive), so the TimeoutError comes on time."""
+    queries: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        queries.append(request.url.query.decode())
+        cleanup = "confirmed" if len(queries) >= 4 else "pending"
+        body = snapshot_body("r-3", "completed", reward=1.0, cleanup=cleanup)
+        return httpx.Response(200, json=body, headers={WAITED_HEADER: "1"})
+
+    now = [0.0]
+    transport = httpx.MockTransport(handler)
+    async with GatewayClient("http://gateway.test", transport=transport, clock=lambda: now[0]) as client:
+        await client.next_snapshot("r-3")  # learns that this gateway waits
+        now[0] = 100.0
+        snapshot = await client.settled("r-3", timeout_s=5)
+        assert snapshot.cleanup is not None and snapshot.cleanup.value == "confirmed"
+    assert queries == ["wait_s=1"] + ["wait_s=2.5"] * 3

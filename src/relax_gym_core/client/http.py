@@ -215,20 +215,29 @@ class GatewayClient:
         return parse_snapshot(self._json(response, "get"), request_id=request_id)
 
     async def next_snapshot(self, request_id: str, *, retry_until: float | None = None) -> TrialSnapshot:
-        """The trial's snapshot no sooner than one poll interval from now, unless it changes first: a long
-        poll (``?wait_s=``) where the gateway offers one, else a sleep then a GET (the reference gateway
-        ignores the parameter and answers at once; its clients poll as they always did)."""
+        """The trial's snapshot once it changes: a long poll (``?wait_s=``) where the gateway offers one,
+        else, no sooner than one poll interval from now, a sleep then a GET (the reference gateway ignores
+        the parameter and answers at once; its clients poll as they always did).
+
+        The first long poll asks for one interval: a gateway that answers at once is then polled like the
+        reference. Once the gateway is known to wait, each waits up to MAX_WAIT_S (30 s): it answers at the
+        change anyway, so a longer wait costs no latency, only requests (one per 30 s per running trial
+        instead of one per interval). With `retry_until`, at most half the time left until then, so the
+        answer has as long again to arrive."""
         interval = min(self.options.poll_interval_s, MAX_WAIT_S)
         if self._long_polls is False:
             await self._sleep(interval)
             return await self.get(request_id, retry_until=retry_until)
+        wait = MAX_WAIT_S if self._long_polls else interval
+        if retry_until is not None:
+            wait = min(wait, max(0.0, retry_until - self.clock()) / 2)
         started = self.clock()
         response = await self._call(
             "get",
             "GET",
-            f"{_trial_path(request_id)}?wait_s={interval:g}",
+            f"{_trial_path(request_id)}?wait_s={wait:g}",
             policy=self._policy(retry_until),
-            attempt_timeout_s=self.options.request_timeout_s + interval,
+            attempt_timeout_s=self.options.request_timeout_s + wait,
             trial_op=True,
         )
         snapshot = parse_snapshot(self._json(response, "get"), request_id=request_id)
