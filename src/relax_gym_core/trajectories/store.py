@@ -195,13 +195,13 @@ class TrajectoryStore:
         self.max_bytes = max_bytes
         self._writer_args = [str(self.path), repr(retention_s), str(max_retained), str(sweep_every)]
         self._recorders: dict[str, Recorder] = {}
+        self._pending: dict[str, int] = {}  # request id -> its place in the queue, until written
         self._queued = 0
         self._written = 0
         self._wake = asyncio.Event()
         self._batch: list[_Finished] = []
         self._send_at: asyncio.TimerHandle | None = None
         self._sending: set[asyncio.Task[None]] = set()
-        self._outgoing: list[list[_Finished]] = []  # taken from _batch, not yet in the pipe
         self._start_lock = asyncio.Lock()
         self._in_flight: collections.deque[list[_Finished]] = collections.deque()  # sent, not yet answered
         self.process: asyncio.subprocess.Process | None = None  # the writer process, once started
@@ -234,6 +234,7 @@ class TrajectoryStore:
             return  # it never ran (aborted while queued), or ran before a restart
         recorder.closed = True
         self._queued = sequence = self._queued + 1
+        self._pending[request_id] = sequence
         # Serialized now, so nothing of the trial outlives this call: kept for a batch interval, the
         # recorders' containers reached the collector's oldest generation and every full collection
         # (it walks all of a busy gateway's trials) came sooner (about a tenth of the loop, in-process).
@@ -249,7 +250,6 @@ class TrajectoryStore:
             self._send_at = None
         if self._batch:
             task = asyncio.get_running_loop().create_task(self._send(self._batch))
-            self._outgoing.append(self._batch)
             self._batch = []
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
@@ -260,15 +260,13 @@ class TrajectoryStore:
             payload = marshal.dumps((batch[-1][1], [record for _, _, record in batch]))
             process = await self._started()
             assert process.stdin is not None
-            self._outgoing.remove(batch)
             self._in_flight.append(batch)
             process.stdin.write(FRAME.pack(len(payload)) + payload)
             await process.stdin.drain()  # at once unless the writer is that far behind
         except Exception as exc:  # noqa: BLE001 - whatever failed, the batch is lost and readers go on
             logger.warning("%d trajectories not written (%s: %s)", len(batch), type(exc).__name__, exc)
-            for batches in (self._outgoing, self._in_flight):
-                if batch in batches:
-                    batches.remove(batch)
+            if batch in self._in_flight:
+                self._in_flight.remove(batch)
             self._settle(batch)
 
     async def _started(self) -> asyncio.subprocess.Process:
@@ -302,6 +300,9 @@ class TrajectoryStore:
 
     def _settle(self, batch: list[_Finished]) -> None:
         """These are written (or given up): readers waiting for them go on."""
+        for request_id, sequence, _ in batch:
+            if self._pending.get(request_id) == sequence:
+                self._pending.pop(request_id, None)
         self._written = max(self._written, batch[-1][1])
         self._wake.set()
         self._wake = asyncio.Event()
@@ -310,7 +311,7 @@ class TrajectoryStore:
 
     async def read(self, request_id: str) -> dict[str, Any] | None:
         """The document of a trial that ended (after its write, if that is under way), or None."""
-        sequence = self._unwritten(request_id)
+        sequence = self._pending.get(request_id)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + READ_WAIT_S
         if sequence is not None and self._written < sequence:
@@ -319,16 +320,6 @@ class TrajectoryStore:
             with contextlib.suppress(TimeoutError):  # a stuck writer costs a reader this much, never more
                 await asyncio.wait_for(self._wake.wait(), give_up - loop.time())
         return await asyncio.wrap_future(self._readers.submit(self._read, request_id))
-
-    def _unwritten(self, request_id: str) -> int | None:
-        """The trial's place in the queue while its record waits for the writer, else None. A scan: reads
-        are rare, trials ending are not (an index kept per trial cost every trial ~0.5 us)."""
-        for batches in (self._in_flight, self._outgoing, (self._batch,)):
-            for batch in batches:
-                for queued, sequence, _ in batch:
-                    if queued == request_id:
-                        return sequence
-        return None
 
     def _read(self, request_id: str) -> dict[str, Any] | None:
         if self._reader is None:
