@@ -137,49 +137,32 @@ def canonical(value: Any) -> bytes:
 def is_finite_json(value: Any, max_depth: int = MAX_DEPTH) -> bool:
     """True if value is JSON types only, finite numbers only, nested at most max_depth levels.
 
-    Level by level (no recursion, so checking deep data cannot itself recurse), exact types first: every
-    create walks its task (a workplace task is ~17 KB), so the common case must be cheap.
+    Level by level (no recursion, so checking deep data cannot itself recurse), exact scalar types first:
+    every create walks its task (a workplace task is ~17 KB), so the common case must be cheap.
     """
-    level = [value]
-    for depth in range(max_depth + 1):
+    level, depth = [value], 0
+    while level:
         below: list[Any] = []
         for item in level:
             kind = type(item)
             if kind is str or kind is int or kind is bool or item is None:
                 continue
-            if kind is float:
-                if not math.isfinite(item):
-                    return False
-            elif kind is dict or kind is list:
+            if isinstance(item, (dict, list)):
                 if depth >= max_depth:
                     return False
-                if kind is list:
+                if isinstance(item, list):
                     below.extend(item)
                 elif all(type(key) is str or isinstance(key, str) for key in item):
                     below.extend(item.values())
                 else:
                     return False
-            elif not _is_finite_scalar(item) and not _is_finite_container(item, depth, max_depth):
-                return False  # past the exact types: their subclasses (IntEnum, StrEnum, OrderedDict)
-        if not below:
-            return True
-        level = below
-    return False  # unreachable: containers past max_depth returned False above
-
-
-def _is_finite_scalar(item: Any) -> bool:
-    if isinstance(item, (bool, int, str)):
-        return True
-    return isinstance(item, float) and math.isfinite(item)
-
-
-def _is_finite_container(item: Any, depth: int, max_depth: int) -> bool:
-    """A dict or list subclass somewhere in the data: checked by the rules above, from its own depth."""
-    if not isinstance(item, (dict, list)) or depth >= max_depth:
-        return False
-    if isinstance(item, dict) and not all(isinstance(key, str) for key in item):
-        return False
-    return is_finite_json(list(item.values() if isinstance(item, dict) else item), max_depth - depth)
+            elif isinstance(item, float):
+                if not math.isfinite(item):
+                    return False
+            elif not isinstance(item, (int, str)):  # their subclasses (IntEnum, StrEnum) are JSON too
+                return False
+        level, depth = below, depth + 1
+    return True
 
 
 class Fingerprinter:
