@@ -13,6 +13,7 @@ Two drivers:
 
 Run: .venv/bin/python bench/bridge.py [--levels 1,64,256,1024] [--seconds 3]
                                       [--clients pyreqwest,aiohttp,httpx] [--driver auto|python|wrk]
+                                      [--profile DIR]  (py-spy on the gateway per bridged level)
 """
 
 from __future__ import annotations
@@ -372,8 +373,32 @@ HEADER = (
 )
 
 
+@contextmanager
+def profiled(pid: int, out: Path | None, seconds: float) -> Iterator[None]:
+    """py-spy (raw, all threads, 250 Hz) on the gateway for the bridged load, when asked for (--profile)."""
+    if out is None:
+        yield
+        return
+    spy = shutil.which("py-spy")
+    if spy is None:
+        sys.exit("bench/bridge.py: --profile needs py-spy on PATH (pip install py-spy)")
+    command = [spy, "record", "-p", str(pid), "-r", "250", "-d", str(max(1, int(seconds))), "--threads"]
+    recorder = subprocess.Popen(
+        [*command, "-f", "raw", "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        yield
+    finally:
+        recorder.wait()
+
+
 def measure(
-    client: str, levels: list[int], seconds: float, driver: str, trajectories: str = "on"
+    client: str,
+    levels: list[int],
+    seconds: float,
+    driver: str,
+    trajectories: str = "on",
+    profile: Path | None = None,
 ) -> list[Level]:
     port = free_port()
     upstream = f"http://127.0.0.1:{port}"
@@ -402,10 +427,12 @@ def measure(
                 else:
                     plain = python_load(direct, level, seconds)
                 cpu_before = cpu_seconds(gw.pid)
-                if driver == "wrk":
-                    via = wrk_load(gateway, bridged=True, concurrency=level, seconds=seconds)
-                else:
-                    via = python_load(bridged, level, seconds)
+                out = profile / f"{client}-{level}.txt" if profile is not None else None
+                with profiled(gw.pid, out, seconds):
+                    if driver == "wrk":
+                        via = wrk_load(gateway, bridged=True, concurrency=level, seconds=seconds)
+                    else:
+                        via = python_load(bridged, level, seconds)
                 cpu = cpu_seconds(gw.pid) - cpu_before
                 rows.append(
                     Level(
@@ -446,6 +473,12 @@ def main() -> None:
         action="store_true",
         help="also measure the first client with trajectories off, alternated with on (the capture's cost)",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="record the gateway with py-spy during each bridged level: DIR/<client>-<level>.txt (raw)",
+    )
     args = parser.parse_args()
     if args.role == "upstream":
         run_upstream()
@@ -469,7 +502,13 @@ def main() -> None:
         )
     levels = [int(x) for x in args.levels.split(",")]
     clients = args.clients.split(",")
-    rows = [row for client in clients for row in measure(client, levels, args.seconds, driver)]
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    rows = [
+        row
+        for client in clients
+        for row in measure(client, levels, args.seconds, driver, profile=args.profile)
+    ]
     if args.trajectories_off:
         # Alternated with a second "on" run, best of each per level: background load hits both alike.
         off = measure(clients[0], levels, args.seconds, driver, trajectories="off")

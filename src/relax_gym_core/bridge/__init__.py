@@ -2,7 +2,7 @@
 
 from relax_gym_core.bridge.allowlist import CallbackPolicy, upstream_url
 from relax_gym_core.bridge.payloads import ROLLOUT_TAG
-from relax_gym_core.bridge.routes import Bridge
+from relax_gym_core.bridge.routes import Bridge, match_model_call
 from relax_gym_core.bridge.upstream import (
     UPSTREAM_CLIENTS,
     AiohttpUpstream,
@@ -24,5 +24,6 @@ __all__ = [
     "PyreqwestUpstream",
     "UpstreamClient",
     "UpstreamReply",
+    "match_model_call",
     "upstream_url",
 ]

@@ -49,7 +49,7 @@ def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | No
     return address
 
 
-@frozen(kw_only=True)
+@frozen(kw_only=True, cache_hash=True)  # hashed on every model call (the cache of canonical_base)
 class CallbackPolicy:
     """The callback allowlist (and the optional explicit proxy, which forces https)."""
 

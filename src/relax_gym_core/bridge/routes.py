@@ -105,6 +105,43 @@ def match_model_call(path: str) -> tuple[str | None, str] | None:
     return (None, resource) if resource else None
 
 
+async def _read_body(receive: Receive) -> bytes:
+    """The request body, as Starlette's Request.body() reads it (ClientDisconnect if the client left)."""
+    message = await receive()
+    if message["type"] != "http.request":
+        raise ClientDisconnect
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body  # the common case: one message
+    chunks = [body]
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+class _JSONAnswer:
+    """A model call's JSON answer as Starlette's Response would send it, without building one."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, body: bytes, passed: tuple[tuple[str, str], ...]) -> None:
+        self.status = status
+        self.body = body
+        self.headers = [
+            *((name.encode("latin-1"), value.encode("latin-1")) for name, value in passed),
+            (b"content-length", str(len(body)).encode()),
+            (b"content-type", b"application/json"),
+        ]
+
+    async def __call__(self, _scope: Scope, _receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
 class Bridge:
     def __init__(
         self,
@@ -122,51 +159,42 @@ class Bridge:
         self._keepalive_s = keepalive_s
 
     def routes(self) -> list[Route]:
+        """The bridge's paths, for Starlette's router. The gateway answers POSTs to them before routing
+        (gateway/app.py, with __call__), so the router's part is the rest: 405 for other methods."""
         prefixed = f"{BRIDGE_PREFIX}{{rollout_id}}"
         routes = [Route(f"{prefixed}/api/hello", self.hello, methods=["GET", "HEAD"])]
         for resource in RESOURCES:
-            routes.append(Route(f"{prefixed}/v1/{resource}", self._endpoint(resource), methods=["POST"]))
-            routes.append(Route(f"/v1/{resource}", self._endpoint(resource), methods=["POST"]))
+            routes.append(Route(f"{prefixed}/v1/{resource}", self, methods=["POST"]))
+            routes.append(Route(f"/v1/{resource}", self, methods=["POST"]))
         return routes
 
     async def hello(self, _request: Request) -> Response:
         # Claude Code probes its base URL before the first call.
         return Response(status_code=200)
 
-    def _endpoint(self, resource: str) -> Any:
-        async def endpoint(request: Request) -> Response:
-            return await self.answer(request, request.path_params.get("rollout_id"), resource)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app of model calls (a POST to a path match_model_call() knows).
 
-        return endpoint
-
-    def middleware(self, app: ASGIApp) -> ASGIApp:
-        """ASGI middleware that answers model calls before Starlette's routing and Request objects.
-
-        Every model turn of every trial crosses here, so this is the gateway's hottest path; routing a
-        call through Starlette cost about as much CPU as the rest of the bridge (bench/bridge.py). Other
-        requests, and model-call paths with a method other than POST, go on to `app` (whose routes answer
-        the same paths identically, so 405s and the like stay Starlette's).
+        Every model turn of every trial crosses here, so this is the gateway's hottest path: it reads the
+        body and sends the answer with ASGI messages, not Starlette's Request and Response objects, and
+        the gateway calls it before Starlette's middleware and routing (each cost about as much CPU as a
+        check the bridge makes, bench/bridge.py).
         """
+        target = match_model_call(scope["path"])
+        if target is None:  # not a model call after all: the router's 404
+            await error_response(TrialNotFoundError(_NO_ROLLOUT))(scope, receive, send)
+            return
+        try:
+            answer = await self.answer(receive, *target)
+        except ClientDisconnect:
+            return  # nobody is left to answer
+        await answer(scope, receive, send)
 
-        async def bridge_first(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "http" and scope["method"] == "POST":
-                target = match_model_call(scope["path"])
-                if target is not None:
-                    try:
-                        response = await self.answer(Request(scope, receive), *target)
-                    except ClientDisconnect:
-                        return  # nobody is left to answer
-                    await response(scope, receive, send)
-                    return
-            await app(scope, receive, send)
-
-        return bridge_first
-
-    async def answer(self, request: Request, rollout_id: str | None, resource: str) -> Response:
-        """One model call, from its request to its response; every refusal comes from the error table."""
+    async def answer(self, receive: Receive, rollout_id: str | None, resource: str) -> ASGIApp:
+        """One model call, from its request to its answer; every refusal comes from the error table."""
         try:
             trial = self._live(rollout_id, resource) if rollout_id is not None else None
-            raw_body = await request.body()
+            raw_body = await _read_body(receive)
             if trial is None:
                 self._tagged(raw_body, resource)
             return await self.handle(raw_body, trial, resource)
@@ -204,7 +232,7 @@ class Bridge:
             raise TrialNotFoundError(_NO_ROLLOUT)
         raise self._unavailable(resource)
 
-    async def handle(self, raw_body: bytes, trial: Trial | None, resource: str) -> Response:
+    async def handle(self, raw_body: bytes, trial: Trial | None, resource: str) -> ASGIApp:
         """A model call whose body has been read: of `trial` (its path named it), else of the trial its
         metadata tag names."""
         # Lone surrogates are refused when the forwarded body is encoded (jsonutil.dumps): no second pass
@@ -236,7 +264,9 @@ class Bridge:
         target: CallbackTarget | None = None
         sent: bytes | None = None
         try:
-            async with self._service.callback(trial) as (target, scope):
+            target, scope = self._service.callback(trial)
+            reply: UpstreamReply | None = None
+            with scope:  # cancelled when the trial is aborted or expires (then reply stays None)
                 endpoint = target.endpoint
                 url = upstream_url(self._policy.canonical_base(endpoint.base_url), resource)
                 payload = upstream_body(
@@ -248,16 +278,14 @@ class Bridge:
                     "Content-Type": "application/json",
                 }
                 label = f"request_id={target.request_id} resource={resource}"
-                reply: UpstreamReply | None = None
                 sent = jsonutil.dumps(payload)
-                with scope:  # cancelled when the trial is aborted or expires
-                    reply = await self.forwarder.forward(
-                        url,
-                        headers=headers,
-                        body=sent,
-                        remaining_s=target.remaining_s,
-                        label=label,
-                    )
+                reply = await self.forwarder.forward(
+                    url,
+                    headers=headers,
+                    body=sent,
+                    remaining_s=target.remaining_s,
+                    label=label,
+                )
             answer = (
                 _Answer(reply=reply)
                 if reply is not None
@@ -312,7 +340,7 @@ class Bridge:
             payload = repair_responses(payload, request_body)
         return payload
 
-    def _plain(self, resource: str, request_body: dict[str, Any], answer: _Answer) -> Response:
+    def _plain(self, resource: str, request_body: dict[str, Any], answer: _Answer) -> ASGIApp:
         if answer.reply is None:
             assert answer.error is not None
             return error_response(answer.error)
@@ -331,7 +359,9 @@ class Bridge:
                 return json_response(payload, reply.status, headers)
             except ValueError:  # NaN or a lone surrogate from upstream: nothing valid to pass on
                 return error_response(UpstreamError("Upstream model callback returned invalid JSON"))
-        return Response(reply.body, reply.status, headers, media_type="application/json")
+        if reply.status < 200 or reply.status in (204, 304):  # no length for these: Starlette's rules
+            return Response(reply.body, reply.status, headers, media_type="application/json")
+        return _JSONAnswer(reply.status, reply.body, reply.headers)
 
     # ---- streaming ----------------------------------------------------------------------------------
 
@@ -367,7 +397,7 @@ class Bridge:
         finally:
             task.cancel()  # the agent went away: stop the upstream call too
 
-    async def _openai_stream(self, trial: Trial, resource: str, body: dict[str, Any]) -> Response:
+    async def _openai_stream(self, trial: Trial, resource: str, body: dict[str, Any]) -> ASGIApp:
         task = asyncio.ensure_future(self._call(trial, resource, body))
         done, _ = await asyncio.wait({task}, timeout=self._keepalive_s)
         if done:

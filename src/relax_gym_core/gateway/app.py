@@ -8,6 +8,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -15,8 +16,9 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from relax_gym_core.bridge import UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply
+from relax_gym_core.bridge import UPSTREAM_CLIENTS, Bridge, Forwarder, UpstreamReply, match_model_call
 from relax_gym_core.errors import (
     ConfigError,
     FieldError,
@@ -240,6 +242,30 @@ async def openapi(request: Request) -> Response:
     return json_response(document)
 
 
+class GatewayApp(Starlette):
+    """Starlette, with model calls answered before its middleware and routing.
+
+    Every agent turn is a model call, so it takes the shortest way: only the two middleware every request
+    passes (errors contained, bodies capped) are in front of the bridge. Everything else, and a model
+    call's path with another method (the router's 405), goes to Starlette as usual.
+    """
+
+    def __init__(self, *, model_calls: ASGIApp | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._model_calls = model_calls
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self._model_calls is not None
+            and scope["type"] == "http"
+            and scope["method"] == "POST"
+            and match_model_call(scope["path"]) is not None
+        ):
+            await self._model_calls(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
 def create_app(
     settings: GatewaySettings,
     *,
@@ -336,7 +362,8 @@ def create_app(
             if trajectories is not None:
                 await trajectories.close()  # after the service: the trials it ended are written
 
-    app = Starlette(
+    app = GatewayApp(
+        model_calls=contain_errors(limit_bodies(settings.limits)(bridge)) if bridge is not None else None,
         routes=[
             Route("/v1/trials", create_trial, methods=["POST"]),
             Route("/v1/trials/{request_id}", get_trial, methods=["GET"]),
@@ -358,7 +385,6 @@ def create_app(
             Middleware(contain_errors),  # first: outermost, so no error reaches a log with its message
             Middleware(limit_bodies(settings.limits)),
             *([Middleware(bearer_auth(settings.api_token))] if settings.api_token else []),
-            *([Middleware(bridge.middleware)] if bridge is not None else []),
         ],
     )
     app.state.gateway = gateway

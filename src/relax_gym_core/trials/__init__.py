@@ -9,6 +9,7 @@ recovery.py proves the cleanup of trials a restart ended.
 
 from relax_gym_core.plugin.environment import Admission, EnvKey
 from relax_gym_core.trials.book import Cancel, TrialBook
+from relax_gym_core.trials.callbacks import CallbackScope
 from relax_gym_core.trials.ledger import LedgerStore
 from relax_gym_core.trials.records import Cause, Phase, Trial
 from relax_gym_core.trials.recovery import RecoveryPolicy
@@ -20,6 +21,7 @@ __all__ = [
     "MEMORY",
     "STATE_DIR_VAR",
     "Admission",
+    "CallbackScope",
     "CallbackTarget",
     "Cancel",
     "Cause",

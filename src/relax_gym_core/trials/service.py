@@ -9,9 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
-import anyio
 from attrs import frozen
 
 from relax_gym_core.errors import EnvironmentFailure, RolloutUnavailableError, StoreUnavailableError
@@ -30,6 +29,7 @@ from relax_gym_core.plugin.runs import (
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
 from relax_gym_core.trajectories import Recorder, TrajectoryStore, trajectory_path
 from relax_gym_core.trials.book import Cancel, TrialBook
+from relax_gym_core.trials.callbacks import CallbackScope
 from relax_gym_core.trials.changes import Changes
 from relax_gym_core.trials.records import Cause, Phase, Trial
 from relax_gym_core.trials.recovery import RecoveryPolicy, prove_released
@@ -88,7 +88,7 @@ class TrialService:
         self._starts: dict[str, asyncio.Future[RunHandle]] = {}
         self._handles: dict[str, RunHandle] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
-        self._callbacks: dict[str, set[anyio.CancelScope]] = {}
+        self._callbacks: dict[str, set[CallbackScope]] = {}  # the model calls in flight, per trial
         self._janitor: asyncio.Task[None] | None = None
         self.janitor_error: str | None = None
         self._janitor_error_at = 0.0
@@ -232,10 +232,9 @@ class TrialService:
         """Still active (a trial found by live() may have ended since, e.g. while a call's body was read)."""
         return trial.phase is Phase.ACTIVE
 
-    @contextlib.asynccontextmanager
-    async def callback(self, trial: Trial) -> AsyncIterator[tuple[CallbackTarget, anyio.CancelScope]]:
-        """Enter one model call of `trial` (found by live()). The yielded scope is cancelled if the trial
-        is cancelled."""
+    def callback(self, trial: Trial) -> tuple[CallbackTarget, CallbackScope]:
+        """One model call of `trial` (found by live()): what to forward, and the scope to make it in,
+        which is cancelled if the trial is (the call ends unavailable)."""
         if trial.phase is not Phase.ACTIVE:
             raise RolloutUnavailableError("callback capability is unavailable")
         outcome = self.book.cancel_if_overdue(trial)
@@ -252,15 +251,7 @@ class TrialService:
             remaining_s=trial.deadline_at - self.book.now(),
             trajectory=self.trajectories.recorder(trial.request_id) if self.trajectories else None,
         )
-        scope = anyio.CancelScope()
-        scopes = self._callbacks.setdefault(trial.request_id, set())
-        scopes.add(scope)
-        try:
-            yield target, scope
-        finally:
-            scopes.discard(scope)
-            if not scopes:
-                self._callbacks.pop(trial.request_id, None)
+        return target, CallbackScope(self._callbacks, trial.request_id)
 
     # ---- internals ----------------------------------------------------------------------------------
 
