@@ -99,3 +99,29 @@ def test_a_stream_is_refused_when_the_metadata_tag_is_dead_though_another_key_is
     answer = post(f"{gateway.url}/v1/messages", json.dumps(body).encode())
     assert (answer.status_code, answer.headers["content-type"]) == (410, "application/json")
     assert policy.requests == []
+
+
+@pytest.mark.parametrize(
+    ("upstream", "status", "detail"),
+    [
+        ("<html>Bad Gateway</html>", 502, "Upstream model callback returned a non-JSON response"),
+        ('{"id": "c1"', 502, "Upstream model callback returned a non-JSON response"),
+        ("[1, 2]", 502, "Upstream model callback response must be a JSON object"),
+        # What the json module reads (and orjson does not) is an object all the same: passed on as it came.
+        ('{"id": "c1", "score": NaN}', 200, None),
+        ('\ufeff{"id": "c1"}', 200, None),
+        ('{"id": "c1", "seed": 123456789012345678901234567890}', 200, None),
+    ],
+    ids=["html", "truncated", "array", "nan", "bom", "wide-int"],
+)
+def test_a_chat_answer_is_passed_on_as_it_came_if_it_is_one_json_object(
+    gateway: BridgeGateway, policy: ScriptedPolicy, upstream: str, status: int, detail: str | None
+) -> None:
+    trial = gateway.create_trial(policy.base_url)
+    policy.enqueue(reply_raw(200, upstream))
+    answer = post(f"{gateway.url}/ng-rollout/{trial.rollout_id}/v1/chat/completions", b'{"messages": []}')
+    assert answer.status_code == status
+    if detail is None:
+        assert answer.content == upstream.encode()
+    else:
+        assert answer.json() == {"detail": detail}

@@ -10,6 +10,8 @@ import marshal
 import math
 from typing import Any
 
+import orjson
+
 from relax_gym_core.errors import InvalidJSONError, ProtocolError
 
 type JSONValue = bool | int | float | str | list[JSONValue] | dict[str, JSONValue] | None
@@ -41,6 +43,29 @@ def deep_copy[T](value: T) -> T:
 MAX_DEPTH = 100  # deeper JSON is refused: nothing real nests this far, and recursion must never 500
 
 
+# loads() and dumps() run on the gateway's hot path (every bridged call parses and encodes a body, every
+# create parses its task), where orjson is several times faster than the json module. orjson answers only
+# where it gives json's answer (tests/protocol/test_jsonutil_orjson.py holds it to that); anywhere else
+# the json module decides (_json_loads, _json_dumps: the code as it was before orjson), so every value and
+# every error is the json module's.
+
+# orjson reads an integer beyond 64 bits as a float, where json keeps the exact int. Such an integer is
+# at least 19 digits, after whatever may stand before an integer in JSON: the start, whitespace, "[", ",",
+# ":" or its "-". A text holding that goes to json. Found at C speed: those separators made " ", every
+# digit "0", then one substring test. Fractions (after ".") never match; a false alarm (an exponent,
+# digits inside a string) costs only speed.
+_NUMBER_START = bytes.maketrans(b"0123456789[,:- \t\n\r", b"0" * 10 + b" " * 8)
+_WIDE_INT = b"0" * 19
+_WIDE_INT_AFTER_SEPARATOR = b" " + _WIDE_INT
+
+
+def _may_hold_wide_int(data: bytes | bytearray | str) -> bool:
+    if isinstance(data, str):  # surrogatepass: a str orjson cannot encode is refused by orjson itself
+        data = data.encode("utf-8", "surrogatepass")
+    marked = data.translate(_NUMBER_START)
+    return marked.startswith(_WIDE_INT) or _WIDE_INT_AFTER_SEPARATOR in marked
+
+
 def loads(data: bytes | str, *, check_unicode: bool = True) -> Any:
     """Parse JSON; NaN, Infinity and overflowing numbers raise ProtocolError, bad syntax InvalidJSONError.
 
@@ -49,6 +74,21 @@ def loads(data: bytes | str, *, check_unicode: bool = True) -> Any:
     string is a ProtocolError naming where it is. Callers that write the value out anyway can skip the
     check: dumps() and canonical() refuse it the same way.
     """
+    # memoryview: orjson reads it, json.loads refuses it (TypeError), so json must answer.
+    if isinstance(data, (bytes, bytearray, str)) and not _may_hold_wide_int(data):
+        try:
+            # orjson refuses lone surrogates, escaped or encoded, and any invalid UTF-8: what it returns
+            # is valid Unicode, so the check_unicode pass has nothing to find.
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            # NaN, Infinity, 1e400, lone surrogates, a BOM, UTF-16, nesting beyond orjson's 1024 levels,
+            # bad syntax: json parses it the same way or raises the error it always raised.
+            pass
+    return _json_loads(data, check_unicode=check_unicode)
+
+
+def _json_loads(data: bytes | str, *, check_unicode: bool) -> Any:
+    """loads() by the json module alone: the reference orjson's answers must equal."""
     try:
         value = json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
     except ProtocolError:
@@ -115,9 +155,33 @@ def unencodable_path(value: Any) -> str | None:
     return None
 
 
+# Subclasses of str, int, dict and list (a dict subclass may redefine items(), which json honours),
+# dataclasses and datetimes go to json: orjson would encode them its own way, or where json refuses.
+_ORJSON_DUMPS = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+)
+
+
 def dumps(value: Any) -> bytes:
     """Compact UTF-8 JSON; refuses NaN so nothing we emit is invalid JSON, and lone surrogates (a
     ProtocolError naming the field) so no caller meets a UnicodeEncodeError."""
+    try:
+        encoded = orjson.dumps(value, option=_ORJSON_DUMPS)
+        # orjson writes NaN and the infinities as null and encodes Enum members and UUIDs, where json
+        # refuses all of them; none of these reads back equal (None != nan, 1 != Color.RED), so reading
+        # the bytes back (C speed, no walk in Python) shows they say what json would. A tuple reads back
+        # as a list, unequal too: json writes it, the same array.
+        if orjson.loads(encoded) == value:
+            return encoded
+    except (orjson.JSONEncodeError, orjson.JSONDecodeError):
+        # Integers beyond 64 bits, keys that are not str, lone surrogates, nesting beyond orjson's 254
+        # levels, a circular value, types orjson does not know: json encodes it or refuses it as always.
+        pass
+    return _json_dumps(value)
+
+
+def _json_dumps(value: Any) -> bytes:
+    """dumps() by the json module alone: the reference orjson's answers must equal."""
     try:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
     except UnicodeEncodeError:
