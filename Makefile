@@ -126,6 +126,7 @@ typecheck: env
 bench: env gym
 	$(PY) bench/lifecycle.py
 	$(PY) bench/bridge.py
+	$(PY) bench/bridge_python.py
 	$(PY) bench/rollout.py
 	$(PY) bench/server_start.py
 	$(PY) bench/replicas.py
