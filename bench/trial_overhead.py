@@ -5,7 +5,8 @@ cleanup proven by the environment), at concurrency 1 and 16. Wall time per trial
 whole machine (/proc/stat, every process), as ratios (b) / (a). Target: <= 1.05x wall, <= 1.10x CPU.
 
 Run: .venv/bin/python bench/trial_overhead.py [--trials 48] [--rounds 2]. Each round runs both paths at both
-levels, alternated, and the best round of each is kept; exits 0 whatever the figures are.
+levels, alternated; the best round of each is kept, and beside it the median of each round's own ratios
+(the two paths of a round run back to back); exits 0 whatever the figures are.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import itertools
 import json
 import os
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -140,6 +142,9 @@ async def main(trials: int, rounds: int) -> None:
     port = httpx.URL(direct_policy.url).port or 0
     options = ClientOptions()  # the thin client's defaults: long polls, 1 s at most each
     best: dict[tuple[str, int], tuple[float, float]] = {}
+    # Each round's own ratios too: both paths of a level run back to back, so load that moves between
+    # rounds hits both, and the median of those pairs drifts less than the ratio of two bests.
+    paired: dict[int, list[tuple[float, float]]] = {level: [] for level in LEVELS}
     try:
         with (
             run_gym_servers(servers_of([definition]), gateway_host="127.0.0.1", gateway_port=port) as direct,
@@ -166,19 +171,26 @@ async def main(trials: int, rounds: int) -> None:
                 await measure(relax_gym, len(rows), 1)
                 for _ in range(rounds):
                     for level in LEVELS:
+                        this_round = []
                         for name, path in (("nemo_gym", nemo_gym), ("relax_gym", relax_gym)):
                             wall, cpu = await measure(path, trials, level)
                             kept = best.get((name, level), (wall, cpu))
                             best[(name, level)] = (min(wall, kept[0]), min(cpu, kept[1]))
+                            this_round.append((wall, cpu))
+                        (aw, ac), (bw, bc) = this_round
+                        paired[level].append((bw / aw, bc / ac))
     finally:
         policy.stop()
         direct_policy.stop()
     print(f"{'concurrency':>11} {'NeMo Gym ms':>12} {'relax-gym ms':>13} {'wall x':>7} "
-          f"{'NeMo Gym CPU ms':>16} {'relax-gym CPU ms':>17} {'CPU x':>6}")  # fmt: skip
+          f"{'NeMo Gym CPU ms':>16} {'relax-gym CPU ms':>17} {'CPU x':>6} "
+          f"{'rounds: wall x, CPU x':>26}")  # fmt: skip
     for level in LEVELS:
         (aw, ac), (bw, bc) = best[("nemo_gym", level)], best[("relax_gym", level)]
+        walls, cpus = zip(*paired[level], strict=True)
+        rounds_text = f"median {statistics.median(walls):.2f}, {statistics.median(cpus):.2f}"
         print(f"{level:>11} {aw * 1e3:>12.1f} {bw * 1e3:>13.1f} {bw / aw:>7.2f} "
-              f"{ac * 1e3:>16.1f} {bc * 1e3:>17.1f} {bc / ac:>6.2f}")  # fmt: skip
+              f"{ac * 1e3:>16.1f} {bc * 1e3:>17.1f} {bc / ac:>6.2f} {rounds_text:>26}")  # fmt: skip
     print("targets: wall <= 1.05x, CPU <= 1.10x (per trial; wall is per trial per slot at concurrency > 1)")
 
 
