@@ -1,14 +1,17 @@
-"""The model-call fast path (an ASGI middleware in front of Starlette's router) answers exactly the bridge's
-routes, and leaves everything else, including other methods on those paths, to the router."""
+"""The model-call fast path (GatewayApp answers model calls before Starlette) takes exactly the bridge's
+routes, leaves everything else, including other methods on those paths, to the router, and keeps the two
+guards every request passes: errors contained, bodies capped."""
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any
 
 import pytest
 from starlette.routing import Route
 
+from relax_gym_core.bridge import Bridge
 from relax_gym_core.bridge.routes import RESOURCES, match_model_call
 from relax_gym_core.testing import reply_text
 from relax_gym_core.testing.web import ScriptedPolicy
@@ -108,3 +111,26 @@ def test_a_long_context_crosses_the_bridge_whole(gateway: BridgeGateway, policy:
     )
     assert answer.choices[0].message.content == "read it all"
     assert policy.requests[0].body["messages"][0]["content"] == long_turn
+
+
+def test_an_unexpected_error_in_a_model_call_is_contained(
+    gateway: BridgeGateway,
+    policy: ScriptedPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    trial = gateway.create_trial(policy.base_url)
+    secret = "sk-never-logged"
+
+    async def explode(*_args: Any) -> Any:
+        raise ValueError(f"Invalid header value: Bearer {secret}")  # a bug, quoting what it was given
+
+    monkeypatch.setattr(Bridge, "handle", explode)
+    with caplog.at_level(logging.DEBUG):
+        answer = gateway.http.post(
+            f"/ng-rollout/{trial.rollout_id}/v1/chat/completions", json={"messages": []}
+        )
+    assert (answer.status_code, answer.json()) == (500, {"detail": "internal error"})
+    assert "unhandled error in the gateway: ValueError (message withheld)" in caplog.text
+    assert secret not in caplog.text
+    assert policy.requests == []
