@@ -4,7 +4,8 @@ book.py holds the transitions; its collaborators hold the rest: admission (per-e
 400/429 checks), timers (deadline/lease heap), rollouts (ids, and the live ones), idempotency (replay
 fingerprints) and events (observer transitions). Stores: MemoryStore, and the durable LedgerStore
 (ledger.py: rows in ledger_rows.py, known ids in idfilter.py) in a state directory (statedir.py);
-recovery.py proves the cleanup of trials a restart ended.
+recovery.py proves the cleanup of trials a restart ended; callbacks.py holds the abort scope of a model call
+in flight.
 """
 
 from relax_gym_core.plugin.environment import Admission, EnvKey
