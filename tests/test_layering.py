@@ -161,7 +161,8 @@ HEAVY = ("torch", "sglang", "megatron")
     ("module", "forbidden"),
     [
         ("relax_gym_core.protocol", (*WEB, "httpx", *HEAVY)),
-        ("relax_gym_core.client", (*WEB, *HEAVY)),
+        # The client's HTTP transport is aiohttp's client (client/transport.py); its server side is not.
+        ("relax_gym_core.client", (*(m for m in WEB if m != "aiohttp"), "aiohttp.web", *HEAVY)),
         ("relax_gym_core.trials.book", (*WEB, "httpx", *HEAVY)),
         ("relax_gym_core.trials", ("starlette", "uvicorn", "relax_gym_core.gateway", *HEAVY)),
         # Importing a plugin imports no trial service, ledger, HTTP framework or server.

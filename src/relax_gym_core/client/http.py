@@ -32,6 +32,7 @@ from attrs import frozen
 from relax_gym_core.client.diagnosis import ErrorContext, error_message, gateway_detail
 from relax_gym_core.client.exceptions import TrialGoneError
 from relax_gym_core.client.settings import ClientOptions
+from relax_gym_core.client.transport import AiohttpTransport
 from relax_gym_core.errors import GatewayRequestError, ProtocolError
 from relax_gym_core.protocol import (
     EPOCH_HEADER,
@@ -168,9 +169,7 @@ class GatewayClient:
         self._http = httpx.AsyncClient(
             base_url=self.gateway_url,
             trust_env=False,
-            transport=_CappedTransport(
-                transport or httpx.AsyncHTTPTransport(trust_env=False), MAX_RESPONSE_BYTES
-            ),
+            transport=_CappedTransport(transport or AiohttpTransport(), MAX_RESPONSE_BYTES),
             timeout=_timeout(self.options.request_timeout_s),
             headers=headers,
             follow_redirects=False,
