@@ -169,15 +169,17 @@ async def main(trials: int, rounds: int) -> None:
 
                 await measure(nemo_gym, len(rows), 1)  # warm both paths
                 await measure(relax_gym, len(rows), 1)
-                for _ in range(rounds):
+                paths = (("nemo_gym", nemo_gym), ("relax_gym", relax_gym))
+                for round_index in range(rounds):
                     for level in LEVELS:
-                        this_round = []
-                        for name, path in (("nemo_gym", nemo_gym), ("relax_gym", relax_gym)):
+                        this_round = {}
+                        # Each path first in every other round: neither always runs second.
+                        for name, path in paths if round_index % 2 == 0 else paths[::-1]:
                             wall, cpu = await measure(path, trials, level)
                             kept = best.get((name, level), (wall, cpu))
                             best[(name, level)] = (min(wall, kept[0]), min(cpu, kept[1]))
-                            this_round.append((wall, cpu))
-                        (aw, ac), (bw, bc) = this_round
+                            this_round[name] = (wall, cpu)
+                        (aw, ac), (bw, bc) = this_round["nemo_gym"], this_round["relax_gym"]
                         paired[level].append((bw / aw, bc / ac))
     finally:
         policy.stop()
