@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import httpx
 import pytest
 
+from relax_gym_core.client.http import _default_transport
 from relax_gym_core.client.transport import AiohttpTransport
 
 pytestmark = pytest.mark.anyio
@@ -126,3 +128,12 @@ async def test_errors_say_what_failed_not_where() -> None:
         with pytest.raises(httpx.ConnectError) as info:
             await http.get(f"http://127.0.0.1:{port}/healthz", headers={"authorization": "Bearer secret-t"})
     assert str(info.value) == "ClientConnectorError"
+
+
+def test_the_client_uses_aiohttps_pool_where_aiohttp_is_installed() -> None:
+    assert isinstance(_default_transport(), AiohttpTransport)
+
+
+def test_without_aiohttp_the_client_uses_httpxs_own_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "relax_gym_core.client.transport", None)  # as if aiohttp were absent
+    assert isinstance(_default_transport(), httpx.AsyncHTTPTransport)

@@ -1,4 +1,4 @@
-"""The thin client's default HTTP transport: httpx's API, aiohttp's connection pool underneath.
+"""The thin client's HTTP transport where aiohttp is installed: httpx's API, aiohttp's pool underneath.
 
 httpx's own pool (httpcore) cost ~0.6 ms of CPU a request here, and more as requests overlap (1.2 ms with
 16 in flight, 1.6 ms with 64: a rollout's long polls overlap by the hundred); the same requests through
