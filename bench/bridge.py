@@ -102,26 +102,54 @@ def run_floor_proxy() -> None:
     run(app, bind("127.0.0.1", 0))  # type: ignore[arg-type]
 
 
-def run_gateway() -> None:
+def bench_app(upstream_client: str, public_url: str, *, trajectories: bool) -> Any:
+    """The gateway app of this bench (and bridge_python.py): TRIALS echo trials at once, callbacks to
+    127.0.0.1, and rollout ids numbered in creation order so a driver can address the trials it made."""
     from relax_gym_core.bridge import CallbackPolicy  # noqa: PLC0415
     from relax_gym_core.gateway import GatewaySettings, create_app, parse_environments  # noqa: PLC0415
-    from relax_gym_core.gateway.server import bind, run, url_of  # noqa: PLC0415
 
     counter = itertools.count()
     specs = {
         "echo": {"environment": "echo", "runtime": "echo", "max_concurrency": TRIALS, "queue_capacity": 0}
     }
-    sock = bind("127.0.0.1", 0)
     settings = GatewaySettings(
         environments=parse_environments(json.dumps(specs), source="bench"),
         callback_policy=CallbackPolicy.parse(hosts=[], networks=["127.0.0.1/32"], proxy=None),
-        upstream_client=os.environ["BENCH_CLIENT"],
-        public_url=url_of(sock),
-        trajectories=os.environ.get("BENCH_TRAJECTORIES", "on") == "on",
+        upstream_client=upstream_client,
+        public_url=public_url,
+        trajectories=trajectories,
     )
-    # Deterministic rollout ids so the driver can address the trials it created, in order.
-    app = create_app(settings, new_rollout_id=lambda: f"{next(counter):032x}-0")
-    run(app, sock)
+    return create_app(settings, new_rollout_id=lambda: f"{next(counter):032x}-0")
+
+
+def echo_trial(index: int, upstream: str) -> dict[str, Any]:
+    """The create body of echo trial `index` (an hour long), its model calls going to `upstream`."""
+    return {
+        "protocol_version": "relax-nemo-gym/v1",
+        "request_id": f"bench-{index}",
+        "session": {"session_id": f"s{index}", "group_id": "g", "rollout_mode": "train"},
+        "environment": {
+            "name": "echo",
+            "config": "echo",
+            "task": {"metadata": {"echo": {"sleep_s": 3600}}},
+        },
+        "model_endpoint": {
+            "base_url": f"{upstream}/agentic_api",
+            "api_key": f"tok{index}",
+            "model": "policy",
+        },
+        "interrupt_policy": "protected",
+        "deadline_s": 3600,
+        "lease_s": 3600,
+    }
+
+
+def run_gateway() -> None:
+    from relax_gym_core.gateway.server import bind, run, url_of  # noqa: PLC0415
+
+    sock = bind("127.0.0.1", 0)
+    trajectories = os.environ.get("BENCH_TRAJECTORIES", "on") == "on"
+    run(bench_app(os.environ["BENCH_CLIENT"], url_of(sock), trajectories=trajectories), sock)
 
 
 # ---- driver -----------------------------------------------------------------------------------------
@@ -325,24 +353,7 @@ def pct(values: list[float], q: float) -> float:
 async def create_trials(gateway: str, upstream: str) -> None:
     async with aiohttp.ClientSession() as session:
         for index in range(TRIALS):
-            body = {
-                "protocol_version": "relax-nemo-gym/v1",
-                "request_id": f"bench-{index}",
-                "session": {"session_id": f"s{index}", "group_id": "g", "rollout_mode": "train"},
-                "environment": {
-                    "name": "echo",
-                    "config": "echo",
-                    "task": {"metadata": {"echo": {"sleep_s": 3600}}},
-                },
-                "model_endpoint": {
-                    "base_url": f"{upstream}/agentic_api",
-                    "api_key": f"tok{index}",
-                    "model": "policy",
-                },
-                "interrupt_policy": "protected",
-                "deadline_s": 3600,
-                "lease_s": 3600,
-            }
+            body = echo_trial(index, upstream)
             async with session.post(f"{gateway}/v1/trials", json=body) as response:
                 if response.status != 202:
                     raise RuntimeError(f"create failed: {response.status} {await response.text()}")

@@ -14,30 +14,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import itertools
 import json
 import statistics
 import time
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-from relax_gym_core.bridge import UPSTREAM_CLIENTS, CallbackPolicy, UpstreamReply
-from relax_gym_core.gateway import GatewaySettings, create_app, parse_environments
+import bridge  # this directory's bench/bridge.py: the same app, trials and bodies
+from relax_gym_core.bridge import UPSTREAM_CLIENTS, UpstreamReply
 
-TRIALS = 64
-REPLY = json.dumps(
-    {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "policy",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
-    }
-).encode()
-REQUEST = json.dumps(
-    {"model": "agent", "messages": [{"role": "user", "content": "What is 2 + 2?"}], "temperature": 1.0}
-).encode()
+REPLY = json.dumps(bridge.REPLY).encode()
+REQUEST = json.dumps(bridge.REQUEST).encode()
 
 
 class AtOnce:
@@ -95,43 +82,9 @@ async def request(app: App, method: str, path: str, body: bytes = b"") -> tuple[
     return sent[0]["status"], b"".join(message.get("body", b"") for message in sent[1:])
 
 
-def trial_body(index: int) -> bytes:
-    return json.dumps(
-        {
-            "protocol_version": "relax-nemo-gym/v1",
-            "request_id": f"bench-{index}",
-            "session": {"session_id": f"s{index}", "group_id": "g", "rollout_mode": "train"},
-            "environment": {
-                "name": "echo",
-                "config": "echo",
-                "task": {"metadata": {"echo": {"sleep_s": 3600}}},
-            },
-            "model_endpoint": {
-                "base_url": "http://127.0.0.1:9/agentic_api",
-                "api_key": f"k{index}",
-                "model": "p",
-            },
-            "interrupt_policy": "protected",
-            "deadline_s": 3600,
-            "lease_s": 3600,
-        }
-    ).encode()
-
-
 async def measure(calls: int, trajectories: bool) -> list[float]:
     UPSTREAM_CLIENTS["at-once"] = AtOnce
-    counter = itertools.count()
-    specs = {
-        "echo": {"environment": "echo", "runtime": "echo", "max_concurrency": TRIALS, "queue_capacity": 0}
-    }
-    settings = GatewaySettings(
-        environments=parse_environments(json.dumps(specs), source="bench"),
-        callback_policy=CallbackPolicy.parse(hosts=[], networks=["127.0.0.1/32"], proxy=None),
-        upstream_client="at-once",
-        public_url="http://127.0.0.1:8000",
-        trajectories=trajectories,
-    )
-    app = create_app(settings, new_rollout_id=lambda: f"{next(counter):032x}-0")
+    app = bridge.bench_app("at-once", "http://127.0.0.1:8000", trajectories=trajectories)
     inbox: asyncio.Queue[MutableMapping[str, Any]] = asyncio.Queue()
     outbox: asyncio.Queue[MutableMapping[str, Any]] = asyncio.Queue()
     lifespan = asyncio.create_task(
@@ -139,23 +92,24 @@ async def measure(calls: int, trajectories: bool) -> list[float]:
     )
     await inbox.put({"type": "lifespan.startup"})
     assert (await outbox.get())["type"] == "lifespan.startup.complete"
-    for index in range(TRIALS):
-        status, text = await request(app, "POST", "/v1/trials", trial_body(index))
+    for index in range(bridge.TRIALS):
+        body = json.dumps(bridge.echo_trial(index, "http://127.0.0.1:9")).encode()
+        status, text = await request(app, "POST", "/v1/trials", body)
         assert status == 202, text
-    paths = [f"/ng-rollout/{index:032x}-0/v1/chat/completions" for index in range(TRIALS)]
+    paths = [f"/ng-rollout/{index:032x}-0/v1/chat/completions" for index in range(bridge.TRIALS)]
 
     async def caller(first: int, count: int) -> None:
         for step in range(count):
-            status, text = await request(app, "POST", paths[(first + step) % TRIALS], REQUEST)
+            status, text = await request(app, "POST", paths[(first + step) % bridge.TRIALS], REQUEST)
             assert status == 200, text
 
-    await asyncio.gather(*(caller(k, 100) for k in range(TRIALS)))  # warm up
+    await asyncio.gather(*(caller(k, 100) for k in range(bridge.TRIALS)))  # warm up
     passes = []
     for _ in range(5):
         gc.collect()
         started = time.process_time()
-        await asyncio.gather(*(caller(k, calls // TRIALS) for k in range(TRIALS)))
-        passes.append((time.process_time() - started) / (calls // TRIALS * TRIALS))
+        await asyncio.gather(*(caller(k, calls // bridge.TRIALS) for k in range(bridge.TRIALS)))
+        passes.append((time.process_time() - started) / (calls // bridge.TRIALS * bridge.TRIALS))
     await inbox.put({"type": "lifespan.shutdown"})
     await outbox.get()
     await lifespan
