@@ -19,12 +19,18 @@ async def _call_in(scope: CallbackScope, started: asyncio.Event) -> str:
     return "cancelled"  # the scope ended its own cancellation: the call goes on past it
 
 
-async def test_cancel_ends_the_call_at_the_scope_and_unregisters_it() -> None:
-    calls: dict[str, set[CallbackScope]] = {}
-    scope = CallbackScope(calls, "r1")
+async def _running(scope: CallbackScope) -> asyncio.Task[str]:
+    """A call inside `scope`, once it is waiting for its answer."""
     started = asyncio.Event()
     task = asyncio.create_task(_call_in(scope, started))
     await started.wait()
+    return task
+
+
+async def test_cancel_ends_the_call_at_the_scope_and_unregisters_it() -> None:
+    calls: dict[str, set[CallbackScope]] = {}
+    scope = CallbackScope(calls, "r1")
+    task = await _running(scope)
     assert calls == {"r1": {scope}}
     scope.cancel()
     assert await task == "cancelled"
@@ -35,9 +41,7 @@ async def test_cancel_ends_the_call_at_the_scope_and_unregisters_it() -> None:
 
 async def test_a_cancellation_from_elsewhere_is_not_swallowed() -> None:
     scope = CallbackScope({}, "r1")
-    started = asyncio.Event()
-    task = asyncio.create_task(_call_in(scope, started))
-    await started.wait()
+    task = await _running(scope)
     scope.cancel()
     task.cancel()  # the agent went away at the same time
     with pytest.raises(asyncio.CancelledError):
@@ -46,9 +50,7 @@ async def test_a_cancellation_from_elsewhere_is_not_swallowed() -> None:
 
 async def test_only_a_cancellation_from_elsewhere_passes_through() -> None:
     scope = CallbackScope({}, "r1")
-    started = asyncio.Event()
-    task = asyncio.create_task(_call_in(scope, started))
-    await started.wait()
+    task = await _running(scope)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
