@@ -153,11 +153,10 @@ class _JSONAnswer:
     def __init__(self, status: int, body: bytes, passed: tuple[tuple[str, str], ...]) -> None:
         self.status = status
         self.body = body
-        self.headers = [
-            *((name.encode("latin-1"), value.encode("latin-1")) for name, value in passed),
-            (b"content-length", str(len(body)).encode()),
-            (b"content-type", b"application/json"),
-        ]
+        self.headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in passed]
+        if status >= 200 and status not in (204, 304):  # these carry no length (Starlette's rule too)
+            self.headers.append((b"content-length", str(len(body)).encode()))
+        self.headers.append((b"content-type", b"application/json"))
 
     async def __call__(self, _scope: Scope, _receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
@@ -367,15 +366,17 @@ class Bridge:
             assert answer.error is not None
             return error_response(answer.error)
         reply = answer.reply
-        headers = dict(reply.headers)
         if request_body.get("stream") and reply.content_type.startswith("text/event-stream"):
             return Response(
-                reply.body, reply.status, {**SSE_HEADERS, **headers}, media_type="text/event-stream"
+                reply.body,
+                reply.status,
+                {**SSE_HEADERS, **dict(reply.headers)},
+                media_type="text/event-stream",
             )
         if resource == "responses" and reply.status < 400:
             try:
                 payload = self._decode(resource, request_body, reply)
-                return json_response(payload, reply.status, headers)
+                return json_response(payload, reply.status, dict(reply.headers))
             except UpstreamError as exc:
                 return error_response(exc)
             except ValueError:  # NaN or a lone surrogate from upstream: nothing valid to pass on
@@ -383,8 +384,6 @@ class Bridge:
         problem = _not_a_json_object(reply.body)  # passed on as it came: only its shape is checked
         if problem is not None:
             return error_response(problem)
-        if reply.status < 200 or reply.status in (204, 304):  # no length for these: Starlette's rules
-            return Response(reply.body, reply.status, headers, media_type="application/json")
         return _JSONAnswer(reply.status, reply.body, reply.headers)
 
     # ---- streaming ----------------------------------------------------------------------------------
