@@ -4,19 +4,22 @@ alone: its servers, the policy server) and (b) as trials through relax-gym (`rel
 cleanup proven by the environment), at concurrency 1 and 16. Wall time per trial and CPU per trial of the
 whole machine (/proc/stat, every process), as ratios (b) / (a). Target: <= 1.05x wall, <= 1.10x CPU.
 
-Run: .venv/bin/python bench/trial_overhead.py [--trials 48] [--rounds 2]. Each round runs both paths at both
-levels, alternated; the best round of each is kept, and beside it the median of each round's own ratios
-(the two paths of a round run back to back); exits 0 whatever the figures are.
+Run: .venv/bin/python bench/trial_overhead.py [--trials 48] [--rounds 2] [--split]. Each round runs both paths
+at both levels, alternated; the best round of each is kept, and beside it the median of each round's own
+ratios (the two paths of a round run back to back); exits 0 whatever the figures are. --split then runs each
+path once more at concurrency 16 and prints its CPU per trial process by process (what the gap is made of).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
 import statistics
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -95,6 +98,56 @@ def busy_seconds() -> float:
     return (sum(fields[:8]) - idle) * TICK_S
 
 
+def _ticks(stat_path: str) -> int:
+    """utime + stime of one process or thread, from its /proc stat line."""
+    with open(stat_path) as stat:
+        text = stat.read()
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and every process under it."""
+    found = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as children:
+                for child in children.read().split():
+                    found += _tree(int(child))
+    except FileNotFoundError:
+        pass  # ended meanwhile
+    return found
+
+
+def cpu_by_part(gateway_pid: int) -> dict[str, int]:
+    """CPU ticks so far of each part of the bench: our processes, NeMo Gym's, the policy stand-ins."""
+    parts: dict[str, int] = {}
+
+    def add(part: str, stat_path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):  # ended meanwhile
+            parts[part] = parts.get(part, 0) + _ticks(stat_path)
+
+    policy_threads = {t.native_id for t in threading.enumerate() if t.name.startswith("uvicorn ")}
+    for task in os.listdir("/proc/self/task"):
+        part = "policy stand-ins (threads here)" if int(task) in policy_threads else "bench: clients"
+        add(part, f"/proc/self/task/{task}/stat")
+    ours = _tree(gateway_pid)
+    for pid in set(_tree(os.getpid())[1:]) - set(ours):
+        add("NeMo Gym servers, called straight", f"/proc/{pid}/stat")
+    for pid in ours:
+        command = b""
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            command = cmdline.read()
+        if pid == gateway_pid:
+            part = "relax-gym up (gateway, bridge, runtime)"
+        elif b"trajectories/writer.py" in command:
+            part = "trajectory writer process"
+        else:
+            part = "NeMo Gym servers, under relax-gym up"
+        add(part, f"/proc/{pid}/stat")
+    return parts
+
+
 async def measure(
     run_one: Callable[[int], Awaitable[None]], trials: int, concurrency: int
 ) -> tuple[float, float]:
@@ -130,7 +183,7 @@ def trial_request(row: dict[str, Any], policy_url: str) -> CreateTrialRequest:
     return parse_create_request(json.dumps(body))
 
 
-async def main(trials: int, rounds: int) -> None:
+async def main(trials: int, rounds: int, split: bool) -> None:
     hooks = make_plugin_manager()
     definition = hooks.environments.get(ENVIRONMENT)
     rows = example_rows(hooks, ENVIRONMENT)
@@ -145,6 +198,7 @@ async def main(trials: int, rounds: int) -> None:
     # Each round's own ratios too: both paths of a level run back to back, so load that moves between
     # rounds hits both, and the median of those pairs drifts less than the ratio of two bests.
     paired: dict[int, list[tuple[float, float]]] = {level: [] for level in LEVELS}
+    splits: dict[str, dict[str, float]] = {}  # --split: path -> part -> CPU s per trial
     try:
         with (
             run_gym_servers(servers_of([definition]), gateway_host="127.0.0.1", gateway_port=port) as direct,
@@ -181,6 +235,13 @@ async def main(trials: int, rounds: int) -> None:
                             this_round[name] = (wall, cpu)
                         (aw, ac), (bw, bc) = this_round["nemo_gym"], this_round["relax_gym"]
                         paired[level].append((bw / aw, bc / ac))
+                for name, path in paths if split else ():
+                    before = cpu_by_part(gateway.pid)
+                    await measure(path, trials, LEVELS[-1])
+                    after = cpu_by_part(gateway.pid)
+                    splits[name] = {
+                        part: (after[part] - before.get(part, 0)) * TICK_S / trials for part in after
+                    }
     finally:
         policy.stop()
         direct_policy.stop()
@@ -194,11 +255,19 @@ async def main(trials: int, rounds: int) -> None:
         print(f"{level:>11} {aw * 1e3:>12.1f} {bw * 1e3:>13.1f} {bw / aw:>7.2f} "
               f"{ac * 1e3:>16.1f} {bc * 1e3:>17.1f} {bc / ac:>6.2f} {rounds_text:>26}")  # fmt: skip
     print("targets: wall <= 1.05x, CPU <= 1.10x (per trial; wall is per trial per slot at concurrency > 1)")
+    if splits:
+        print(f"\nCPU ms per trial at concurrency {LEVELS[-1]}, part by part (one more run of each path):")
+        print(f"{'part':>42} {'NeMo Gym':>9} {'relax-gym':>10}")
+        for part in sorted({part for figures in splits.values() for part in figures}):
+            a, b = (splits[name].get(part, 0.0) * 1e3 for name in ("nemo_gym", "relax_gym"))
+            if a or b:
+                print(f"{part:>42} {a:>9.2f} {b:>10.2f}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--split", action="store_true", help="then CPU per trial, process by process")
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.trials, arguments.rounds))
+    asyncio.run(main(arguments.trials, arguments.rounds, arguments.split))
