@@ -9,14 +9,19 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import anyio
 import httpx
 import pytest
 
+from relax_gym_core.client import ClientOptions
+from relax_gym_core.client.exceptions import ClientConfigError
 from relax_gym_core.client.http import _default_transport
 from relax_gym_core.client.transport import AiohttpTransport
+from relax_gym_core.rollout.run import client_options
 
 pytestmark = pytest.mark.anyio
 
+SAFETY_S = 60.0  # only so a broken pool fails instead of hanging
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
@@ -131,9 +136,53 @@ async def test_errors_say_what_failed_not_where() -> None:
 
 
 def test_the_client_uses_aiohttps_pool_where_aiohttp_is_installed() -> None:
-    assert isinstance(_default_transport(), AiohttpTransport)
+    assert isinstance(_default_transport(100), AiohttpTransport)
 
 
 def test_without_aiohttp_the_client_uses_httpxs_own_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "relax_gym_core.client.transport", None)  # as if aiohttp were absent
-    assert isinstance(_default_transport(), httpx.AsyncHTTPTransport)
+    assert isinstance(_default_transport(100), httpx.AsyncHTTPTransport)
+
+
+@pytest.mark.parametrize("aiohttp_installed", [True, False])
+async def test_as_many_requests_in_flight_as_the_options_allow(
+    aiohttp_installed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More at once than the pool's old 100 (a rollout's long polls, one per trial in flight): every one
+    reaches the server before any is answered, so none waits for a connection."""
+    wanted = 150
+    arrived = 0
+    all_here = asyncio.Event()
+
+    async def answer_once_all_arrived(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal arrived
+        await _read_request(reader)
+        arrived += 1
+        if arrived == wanted:
+            all_here.set()
+        await all_here.wait()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    if not aiohttp_installed:
+        monkeypatch.setitem(sys.modules, "relax_gym_core.client.transport", None)
+    transport = _default_transport(ClientOptions(max_connections=wanted).max_connections)
+    async with (
+        raw_server(answer_once_all_arrived) as url,
+        httpx.AsyncClient(transport=transport, timeout=SAFETY_S, trust_env=False) as http,
+    ):
+        with anyio.fail_after(SAFETY_S):  # with a smaller pool the last 50 would wait here forever
+            answers = await asyncio.gather(*(http.get(f"{url}/poll/{index}") for index in range(wanted)))
+    assert [answer.text for answer in answers] == ["ok"] * wanted
+
+
+def test_a_rollout_allows_two_connections_per_trial_in_flight() -> None:
+    assert client_options(8).max_connections == 100  # httpx's default, at the least
+    assert client_options(256).max_connections == 512  # a long poll and a renew per trial
+
+
+def test_max_connections_must_be_a_positive_integer() -> None:
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ClientConfigError, match="max_connections must be an integer >= 1"):
+            ClientOptions(max_connections=bad)  # type: ignore[arg-type]

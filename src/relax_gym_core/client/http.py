@@ -138,15 +138,15 @@ class _CappedTransport(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-def _default_transport() -> httpx.AsyncBaseTransport:
+def _default_transport(max_connections: int) -> httpx.AsyncBaseTransport:
     """aiohttp's pool under httpx where aiohttp is installed (the gateway's extra; Relax's environment has
     it): 2-4x less CPU a request than httpx's own pool (client/transport.py). The core alone brings no web
     stack, so without aiohttp it is httpx's own, which behaves the same."""
     try:
         from relax_gym_core.client.transport import AiohttpTransport  # noqa: PLC0415 - optional
     except ImportError:
-        return httpx.AsyncHTTPTransport(trust_env=False)
-    return AiohttpTransport()
+        return httpx.AsyncHTTPTransport(trust_env=False, limits=httpx.Limits(max_connections=max_connections))
+    return AiohttpTransport(pool_size=max_connections)
 
 
 class GatewayClient:
@@ -179,7 +179,9 @@ class GatewayClient:
         self._http = httpx.AsyncClient(
             base_url=self.gateway_url,
             trust_env=False,
-            transport=_CappedTransport(transport or _default_transport(), MAX_RESPONSE_BYTES),
+            transport=_CappedTransport(
+                transport or _default_transport(self.options.max_connections), MAX_RESPONSE_BYTES
+            ),
             timeout=_timeout(self.options.request_timeout_s),
             headers=headers,
             follow_redirects=False,

@@ -49,11 +49,19 @@ class ClientOptions:
     abort_timeout_s: float = field(default=2.0, validator=_positive("abort_timeout_s"))
     retry_backoff_s: float = field(default=0.25, validator=_non_negative("retry_backoff_s"))
     max_retries: int = field(default=2)
+    # Connections to the gateway at once (httpx's default). A caller with more trials in flight than this
+    # (each holds one long poll, at times a renew beside it) raises it, or their polls queue for the pool.
+    max_connections: int = field(default=100)
 
     @max_retries.validator
     def _check_retries(self, _attr: attrs.Attribute[int], value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ClientConfigError(f"max_retries must be an integer >= 0 (got {value!r})")
+
+    @max_connections.validator
+    def _check_connections(self, _attr: attrs.Attribute[int], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ClientConfigError(f"max_connections must be an integer >= 1 (got {value!r})")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ClientOptions:

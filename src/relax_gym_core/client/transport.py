@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import httpx
 
-POOL_SIZE = 100  # httpx's default: as many connections to the gateway as before
+POOL_SIZE = 100  # httpx's default (ClientOptions.max_connections sets it per client)
 CHUNK = 64 * 1024
 
 # Hop-by-hop and framing headers are aiohttp's to write; it also adds none of its own defaults.

@@ -58,6 +58,8 @@ def client_options(concurrency: int) -> ClientOptions:
         poll_interval_s=max(0.2, concurrency / POLLS_PER_S),
         abort_timeout_s=5.0,
         startup_timeout_s=600.0,  # a full admission queue is back-pressure: wait for room, do not fail
+        # One long poll per trial in flight, a renew at times beside it: none waits for the pool.
+        max_connections=max(100, 2 * concurrency),
     )
 
 
