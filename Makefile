@@ -26,7 +26,7 @@ PLUGINS := $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml)))
 # Extra packages a plugin's NeMo Gym servers need (pip requirement lines), compiled into the one lock.
 GYM_EXTRAS := $(sort $(wildcard plugins/*/nemo-gym-requirements.txt))
 
-.PHONY: test test-fast demo lint typecheck bench env gym gym-lock clean claude-code
+.PHONY: test test-fast demo lint typecheck bench env gym gym-lock clean claude-code browser
 
 # The Claude Code CLI the reasoning_gym_cc agent runs: pinned, in a project-local npm prefix (never global,
 # never fetched at trial time); plugins/reasoning_gym_cc finds it there (or at $$RELAX_GYM_CC_CLAUDE).
@@ -84,6 +84,14 @@ $(CLAUDE_CODE):
 
 claude-code: $(CLAUDE_CODE)
 
+# Headless Chromium for the report's browser tests (tests/rollout/test_report_browser.py): Debian's package,
+# installed when missing where we are root (CI is); elsewhere it says so and those tests skip (in CI they fail).
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null; \
+	else echo "chromium not found (apt-get install chromium): the report's browser tests will skip" >&2; fi
+
 # Re-pin nemo-gym/requirements.txt after editing requirements.in or a plugin's nemo-gym-requirements.txt
 # (tests/packaging/test_gym_lock.py fails until the lock covers every plugin's requirement).
 gym-lock: | $(UV)
@@ -103,10 +111,10 @@ PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 
 # Everything: lint and types first (seconds; they run here so they cannot rot), then every test. The set-up
-# steps run side by side (NeMo Gym's environment downloads while the types are checked); make keeps their
-# order where one needs another.
+# steps run side by side (NeMo Gym's environment downloads while the types are checked, Chromium installs for the
+# browser tests); make keeps their order where one needs another.
 test:
-	@$(MAKE) --no-print-directory -j3 env gym lint typecheck
+	@$(MAKE) --no-print-directory -j4 env gym lint typecheck browser
 	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # For development: no NeMo Gym servers, no real CLI end to end, nothing slow (markers e2e and slow).
