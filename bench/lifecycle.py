@@ -167,7 +167,7 @@ async def inprocess_run(
     for request in batch:
         await service.written(request.request_id)  # durable, as a poll would wait for it
     if trajectories is not None:
-        await trajectories.read(batch[-1].request_id)  # one writer thread: the last is written last
+        await trajectories.flush()  # until the last one is written
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     done = confirmed(service, batch, TrialStatus.COMPLETED)
     await service.close()

@@ -1,6 +1,7 @@
 """The trajectory store and its writer process: a trial that ends is written once, read back with its
-secrets replaced, kept within max_retained, a reader never waits forever for a write that failed, and a
-writer process that died is replaced."""
+secrets replaced (the same document before and after its write), kept within max_retained, a reader
+never waits for the writer, flush() never waits forever for a write that failed, and a writer process
+that died is replaced."""
 
 from __future__ import annotations
 
@@ -35,8 +36,13 @@ async def test_a_trial_is_written_once_it_ends_and_read_back(tmp_path: Path) -> 
     store = TrajectoryStore(tmp_path)
     try:
         run(store, "t-1")
-        document = await store.read("t-1")
+        before_written = await store.read("t-1")  # from the record in hand: the batch is not sent yet
+        assert store._pending
+        await store.flush()
+        assert not store._pending
+        document = await store.read("t-1")  # from the file
         assert document is not None
+        assert before_written == document
         assert document["run"]["request"] == {"task": "say hi", "echoed": "[redacted]"}
         # Short values are no secrets: "short" stays in the text it is part of.
         assert document["model_calls"][0]["request"]["messages"][0]["content"] == "hi short"
@@ -55,8 +61,10 @@ async def test_only_the_newest_max_retained_are_kept(tmp_path: Path) -> None:
     store = TrajectoryStore(tmp_path, max_retained=1, sweep_every=1)  # sweep after every batch
     try:
         run(store, "old")
+        await store.flush()
         assert await store.read("old") is not None
         run(store, "new")
+        await store.flush()
         assert await store.read("new") is not None
         assert await store.read("old") is None
     finally:
@@ -71,6 +79,7 @@ def writer_pid(store: TrajectoryStore) -> int:
 async def started_writer(store: TrajectoryStore) -> int:
     """The pid of the writer process, started by a first trajectory that was written and read back."""
     run(store, "first")
+    await store.flush()
     assert await store.read("first") is not None
     return writer_pid(store)
 
@@ -96,6 +105,7 @@ async def test_a_writer_that_died_is_replaced(tmp_path: Path) -> None:
         assert store.process is not None
         await store.process.wait()  # gone before the next batch (one sent meanwhile would be lost)
         run(store, "after")
+        await store.flush()
         assert await store.read("after") is not None
         assert writer_pid(store) != first
     finally:
@@ -103,18 +113,21 @@ async def test_a_writer_that_died_is_replaced(tmp_path: Path) -> None:
     assert store.process is None
 
 
-async def test_a_writer_that_died_with_a_batch_loses_it_and_its_reader_goes_on(tmp_path: Path) -> None:
+async def test_a_writer_that_died_with_a_batch_loses_it_and_nobody_waits_on_it(tmp_path: Path) -> None:
     store = TrajectoryStore(tmp_path)
     try:
         pid = await started_writer(store)
         os.kill(pid, signal.SIGSTOP)  # it takes nothing from its pipe now
         run(store, "lost")
-        reading = asyncio.create_task(store.read("lost"))
+        flushing = asyncio.create_task(store.flush())
         while not store._in_flight:  # noqa: ASYNC110 - nothing signals "sent": wait until it is in the pipe
             await asyncio.sleep(0.01)
+        assert await store.read("lost") is not None  # a reader does not wait on the stuck writer
         os.kill(pid, signal.SIGKILL)
-        assert await reading is None  # answered (404 upstream), not waited on
+        await flushing  # ends once the batch is given up, not waited on forever
+        assert await store.read("lost") is None  # lost with its writer (404 upstream)
         run(store, "after")
+        await store.flush()
         assert await store.read("after") is not None
     finally:
         await store.close()
@@ -128,6 +141,7 @@ async def test_the_writer_ignores_the_terminals_interrupt(tmp_path: Path) -> Non
         pid = await started_writer(store)
         os.kill(pid, signal.SIGINT)
         run(store, "after")
+        await store.flush()
         assert await store.read("after") is not None
         assert writer_pid(store) == pid
     finally:

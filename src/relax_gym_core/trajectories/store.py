@@ -9,8 +9,11 @@ the batch to the writer process (writer.py), which stores each trial as one row 
 `<state dir>/trajectories/trajectories.sqlite3` (0600): a header, then the bodies as they came, each
 with every secret of the trial (API key, session id, rollout id, header values) replaced — bodies past
 the cap were never kept, and a marker says how much. Nothing is parsed or folded until a reader asks
-(decode). A trial that was running when the gateway died has none. Rows go with their trial's record:
-the writer deletes those past the ledger's retention, and the oldest beyond max_retained.
+(decode); a reader of a trial not yet written gets the same document from the record in hand, so reading
+a trajectory as its trial ends (relax-gym rollout does, for every trial) neither waits for the writer nor
+makes it write a batch early. A trial that was running when the gateway died has none. Rows go with
+their trial's record: the writer deletes those past the ledger's retention, and the oldest beyond
+max_retained.
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ __all__ = ["FORMAT", "ModelCall"]
 REDACTED = writer.REDACTED_BYTES.decode()
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024  # a long SWE trajectory (hundreds of calls over a 32K context) fits
 SWEEP_EVERY = 4096  # trajectories written between two sweeps of expired ones
-READ_WAIT_S = 30.0  # how long a read waits for its trajectory to be written
-BATCH_S = 0.05  # a finished trial's trajectory is sent within this (at once when a read waits for it)
+FLUSH_WAIT_S = 30.0  # how long flush() waits for the writer
+BATCH_S = 0.05  # a finished trial's trajectory is sent to the writer within this
 STOP_WAIT_S = 30.0  # how long close() lets the writer process finish its last batch
 
 
@@ -134,6 +137,16 @@ def _parsed(data: bytes) -> Any:
         return data.decode("utf-8", "replace")
 
 
+def _decoded_record(record: bytes) -> dict[str, Any] | None:
+    """decode() of what the writer will store for a record (writer.dump's bytes), or None where the writer
+    would keep nothing."""
+    try:
+        return decode(writer.encode(marshal.loads(record)))  # noqa: S302 - our own record, in memory
+    except Exception as exc:  # noqa: BLE001 - the writer skips such a record the same way
+        logger.warning("a trajectory not yet written cannot be read (%s)", type(exc).__name__)
+        return None
+
+
 def decode(blob: bytes) -> dict[str, Any]:
     """The document a reader gets: bodies parsed, streamed answers folded, usage per call."""
     head, _, rest = blob.partition(b"\n")
@@ -178,7 +191,7 @@ class TrajectoryStore:
     """Every trial's trajectory: recorders while trials run, rows of `trajectories.sqlite3` once they end.
 
     Everything here runs on the event loop, and no thread: a trial that ends joins the batch, and every
-    BATCH_S (at once when a reader waits) the batch is written to the writer process's pipe; the
+    BATCH_S (at once on flush()) the batch is written to the writer process's pipe; the
     process encodes and commits it in one transaction and answers with the batch's last sequence
     number. The Python that costs (headers, secret replacement, SQLite) runs on another core, and the
     loop never hands its GIL to a thread of ours. start() starts the process with the gateway (else the
@@ -205,7 +218,7 @@ class TrajectoryStore:
         self.max_bytes = max_bytes
         self._writer_args = [str(self.path), repr(retention_s), str(max_retained), str(sweep_every)]
         self._recorders: dict[str, Recorder] = {}
-        self._pending: dict[str, int] = {}  # request id -> its place in the queue, until written
+        self._pending: dict[str, _Finished] = {}  # request id -> its entry in a batch, until written
         self._queued = 0
         self._written = 0
         self._wake = asyncio.Event()
@@ -244,11 +257,12 @@ class TrajectoryStore:
             return  # it never ran (aborted while queued), or ran before a restart
         recorder.closed = True
         self._queued = sequence = self._queued + 1
-        self._pending[request_id] = sequence
         # Serialized now, so nothing of the trial outlives this call: kept for a batch interval, the
         # recorders' containers reached the collector's oldest generation and every full collection
         # (it walks all of a busy gateway's trials) came sooner (about a tenth of the loop, in-process).
-        self._batch.append((request_id, sequence, writer.dump(recorder.record(status.value, time.time()))))
+        entry = (request_id, sequence, writer.dump(recorder.record(status.value, time.time())))
+        self._pending[request_id] = entry
+        self._batch.append(entry)
         if self._send_at is None:
             self._send_at = asyncio.get_running_loop().call_later(BATCH_S, self._send_soon)
 
@@ -310,9 +324,9 @@ class TrajectoryStore:
 
     def _settle(self, batch: list[_Finished]) -> None:
         """These are written (or given up): readers waiting for them go on."""
-        for request_id, sequence, _ in batch:
-            if self._pending.get(request_id) == sequence:
-                self._pending.pop(request_id, None)
+        for entry in batch:
+            if self._pending.get(entry[0]) is entry:
+                del self._pending[entry[0]]
         self._written = max(self._written, batch[-1][1])
         self._wake.set()
         self._wake = asyncio.Event()
@@ -320,16 +334,23 @@ class TrajectoryStore:
     # ---- reading --------------------------------------------------------------------------------------
 
     async def read(self, request_id: str) -> dict[str, Any] | None:
-        """The document of a trial that ended (after its write, if that is under way), or None."""
-        sequence = self._pending.get(request_id)
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + READ_WAIT_S
-        if sequence is not None and self._written < sequence:
-            self._send_soon()  # a reader waits: no need to let the batch grow
-        while sequence is not None and self._written < sequence and loop.time() < give_up:
-            with contextlib.suppress(TimeoutError):  # a stuck writer costs a reader this much, never more
-                await asyncio.wait_for(self._wake.wait(), give_up - loop.time())
+        """The document of a trial that ended, or None: from its record while it waits for the writer
+        (the same bytes the writer stores), else from the file."""
+        entry = self._pending.get(request_id)
+        if entry is not None:
+            return await asyncio.wrap_future(self._readers.submit(_decoded_record, entry[2]))
         return await asyncio.wrap_future(self._readers.submit(self._read, request_id))
+
+    async def flush(self) -> None:
+        """Send what has ended so far and wait until the writer has written it (or it was given up), at
+        most FLUSH_WAIT_S: a stuck writer costs a caller this much, never more."""
+        target = self._queued
+        self._send_soon()
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + FLUSH_WAIT_S
+        while self._written < target and loop.time() < give_up:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), give_up - loop.time())
 
     def _read(self, request_id: str) -> dict[str, Any] | None:
         if self._reader is None:
