@@ -1,10 +1,11 @@
 """A rollout's directory: which run it holds (run.json), one line per finished trial (trials.jsonl) and the
 summary of those lines (summary.json).
 
-trials.jsonl is the source of truth and is only ever appended to: each line is written whole by one
-write() on an O_APPEND descriptor and fsynced before the trial counts as done, so a kill -9 loses at most
-the lines not yet synced and can tear at most the last one. Opening the directory again cuts such a torn
-tail (it has no newline) before anything is appended, and every (row, repeat) that has a line is skipped.
+trials.jsonl is the source of truth and is only ever appended to: the lines of the trials that ended
+together are written by one write() on an O_APPEND descriptor and fsynced before those trials count as
+done, so a kill -9 loses at most the lines not yet synced and can tear at most the last one. Opening the
+directory again cuts such a torn tail (it has no newline) before anything is appended, and every (row,
+repeat) that has a line is skipped.
 run.json and summary.json are replaced atomically.
 """
 
@@ -26,11 +27,13 @@ from attrs import asdict, fields, frozen
 
 from relax_gym_core.errors import ConversionError
 from relax_gym_core.jsonl import atomic_output
+from relax_gym_core.protocol import jsonutil
 
 RUN_FILE = "run.json"
 TRIALS_FILE = "trials.jsonl"
-# Each trial's trajectory, as the gateway served it: one gzip member per trial (a JSON line), so appending
-# never rewrites what is there and a kill -9 can tear only the last member (readers stop before it).
+# Each trial's trajectory, as the gateway served it (a JSON line): one gzip member per batch of trials that
+# ended together, so appending never rewrites what is there and a kill -9 can tear only the last member
+# (readers stop before it; those trials have no line in trials.jsonl yet).
 TRAJECTORIES_FILE = "trajectories.jsonl.gz"
 TRAJECTORY = "_trajectory"  # the key a record carries its trajectory under, to the writer (never written)
 SUMMARY_FILE = "summary.json"
@@ -210,13 +213,11 @@ class TrialLog:
                 if self._trajectories is None:
                     path = self._path.with_name(TRAJECTORIES_FILE)
                     self._trajectories = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-                for document in documents:
-                    line = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
-                    _write_all(self._trajectories, gzip.compress(line + b"\n", compresslevel=6))
+                # One gzip member a batch: a compressor's set-up cost more than a small trajectory.
+                lines = b"".join(jsonutil.dumps(document) + b"\n" for document in documents)
+                _write_all(self._trajectories, gzip.compress(lines, compresslevel=6))
                 os.fsync(self._trajectories)
-            for record in records:
-                line = json.dumps(record, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-                _write_all(self._fd, line)
+            _write_all(self._fd, b"".join(jsonutil.dumps(record) + b"\n" for record in records))
             os.fsync(self._fd)
         except OSError as exc:  # reported by close(); these trials do not count as done
             self.failure = exc
