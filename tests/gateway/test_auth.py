@@ -39,12 +39,14 @@ def test_the_trial_api_needs_the_token(client: TestClient, make_body: Any) -> No
         assert TOKEN not in refused.text
     assert client.get(path).status_code == 401
     assert client.post(path + "/abort").status_code == 401
+    assert client.get(f"/v1/trajectories?request_id={body['request_id']}").status_code == 401
     good = {"Authorization": f"Bearer {TOKEN}"}
     assert client.post("/v1/trials", json=body, headers=good).status_code == 202
     assert (
         client.get(path, headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
     )  # scheme: any case
     assert client.post(path + "/abort", headers=good).status_code == 202
+    assert client.get(f"/v1/trajectories?request_id={body['request_id']}", headers=good).status_code == 200
 
 
 def test_probes_scrapers_and_model_calls_do_not_need_it(client: TestClient) -> None:

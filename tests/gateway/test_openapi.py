@@ -48,6 +48,7 @@ def test_every_route_is_described(doc: dict[str, Any]) -> None:
         "/v1/trials/{request_id}/renew",
         "/v1/trials/{request_id}/abort",
         "/v1/trials/{request_id}/trajectory",
+        "/v1/trajectories",
         "/healthz",
         "/readyz",
         "/metrics",
@@ -70,7 +71,7 @@ def test_the_401s_and_the_bearer_scheme_appear_with_a_token_only(doc: dict[str, 
     assert guarded["components"]["securitySchemes"] == {"bearer": {"type": "http", "scheme": "bearer"}}
     for path, operations in guarded["paths"].items():
         for operation in operations.values():
-            trial_api = path.startswith("/v1/trials")
+            trial_api = path.startswith("/v1/trials") or path == "/v1/trajectories"
             assert ("401" in operation["responses"]) is trial_api, path
             assert ("security" in operation) is trial_api, path
 

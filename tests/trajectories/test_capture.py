@@ -210,3 +210,37 @@ def test_trajectories_outlive_a_restart_and_can_be_switched_off(
         again = trajectory(second, body["request_id"]).json()
         assert trajectory(second, other["request_id"]).status_code == 404  # none was kept while off
     assert again["model_calls"] == kept["model_calls"]
+
+
+def many(gateway: GatewayProcess, *request_ids: str) -> httpx.Response:
+    query = "&".join(f"request_id={request_id}" for request_id in request_ids)
+    return httpx.get(f"{gateway.url}/v1/trajectories?{query}", trust_env=False)
+
+
+def test_many_trajectories_come_in_one_answer_as_each_alone(
+    gateway: GatewayProcess, policy: ScriptedPolicy
+) -> None:
+    bodies = [trial_body(policy, {"model": {"api": "chat", "calls": calls}}) for calls in (1, 2, 3)]
+    ended = [body["request_id"] for body in bodies if finished(gateway, body)["status"] == "completed"]
+    running = trial_body(policy, {"sleep_s": 600})
+    assert httpx.post(f"{gateway.url}/v1/trials", json=running, trust_env=False).status_code == 202
+    try:
+        answer = many(gateway, *ended, running["request_id"], "no-such-trial", ended[0])
+        assert answer.status_code == 200, answer.text
+        document = answer.json()
+        assert list(document["trajectories"]) == ended  # in the order asked, each once
+        for request_id in ended:
+            assert document["trajectories"][request_id] == trajectory(gateway, request_id).json()
+        assert [len(document["trajectories"][r]["model_calls"]) for r in ended] == [1, 2, 3]
+        assert set(document["missing"]) == {running["request_id"], "no-such-trial"}
+        assert "its trajectory comes when it ends" in document["missing"][running["request_id"]]
+        assert document["deferred"] == []
+    finally:
+        httpx.post(f"{gateway.url}/v1/trials/{running['request_id']}/abort", trust_env=False)
+
+
+@pytest.mark.parametrize("count", [0, 257])
+def test_many_trajectories_are_asked_for_1_to_256_at_once(gateway: GatewayProcess, count: int) -> None:
+    refused = many(gateway, *(f"t-{index}" for index in range(count)))
+    assert refused.status_code == 422
+    assert refused.json()["detail"] == f"request_id: ask for 1 to 256 trials at once, got {count}"

@@ -21,9 +21,9 @@ import email.utils
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final, Self
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import anyio
 import httpx
@@ -54,6 +54,7 @@ MAX_RETRY_AFTER_S: Final = 60.0  # a gateway cannot park us longer than this per
 PATIENT_MIN_DELAY_S: Final = 0.1  # unbounded retry loops never spin, even with retry_backoff_s = 0
 MIN_ATTEMPT_TIMEOUT_S: Final = 0.5
 _USER_AGENT: Final = "relax-gym-client"
+MAX_TRAJECTORIES_ASKED: Final = 256  # request ids in one GET /v1/trajectories (the gateway's limit)
 MAX_RESPONSE_BYTES: Final = 16 << 20  # a snapshot is kilobytes; this is for metrics-heavy environments
 
 type Sleep = Callable[[float], Awaitable[None]]
@@ -170,6 +171,7 @@ class GatewayClient:
         headers = {"user-agent": _USER_AGENT, "accept-encoding": "identity"}
         self._api_token = api_token or None  # kept only to mask it should a gateway ever echo it
         self._long_polls: bool | None = None  # does the gateway answer ?wait_s= (next_snapshot)
+        self._many_trajectories = True  # GET /v1/trajectories, until a gateway without it says 404/405
         # The service_epoch the last create's answer named (EPOCH_HEADER); None from a gateway that names
         # none. Read it right after create() returns: no other task runs in between.
         self.service_epoch: str | None = None
@@ -294,6 +296,43 @@ class GatewayClient:
             return None
         document = self._json(response, "trajectory")
         return document if isinstance(document, dict) else None
+
+    async def trajectories(self, request_ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
+        """The trajectories of trials that ended, by request id (None: the gateway kept none), many per
+        request: GET /v1/trajectories, asked again for the ids an answer deferred. A gateway without that
+        route (the reference, an older relax-gym) is asked trial by trial."""
+        found: dict[str, dict[str, Any] | None] = {}
+        wanted = list(dict.fromkeys(request_ids))
+        while wanted and self._many_trajectories:
+            asked = wanted[:MAX_TRAJECTORIES_ASKED]
+            try:
+                response = await self._call(
+                    "trajectories",
+                    "GET",
+                    "/v1/trajectories?" + urlencode([("request_id", each) for each in asked]),
+                    policy=self._policy(None),
+                )
+            except GatewayRequestError as exc:
+                if exc.status_code not in (404, 405):
+                    raise
+                self._many_trajectories = False
+                break
+            answer = self._json(response, "trajectories")
+            documents = answer.get("trajectories") if isinstance(answer, dict) else None
+            deferred = answer.get("deferred") if isinstance(answer, dict) else None
+            if not isinstance(documents, dict) or not isinstance(deferred, list):
+                raise ProtocolError("Gateway returned a malformed answer to the trajectories request")
+            for request_id in asked:
+                if request_id not in deferred:
+                    document = documents.get(request_id)
+                    found[request_id] = document if isinstance(document, dict) else None
+            left = [request_id for request_id in wanted if request_id not in found]
+            if len(left) == len(wanted):  # nothing answered: no use asking the same again
+                break
+            wanted = left
+        for request_id in wanted:
+            found[request_id] = await self.trajectory(request_id)
+        return found
 
     async def renew(self, request_id: str, *, retry_until: float | None = None) -> None:
         await self._call(

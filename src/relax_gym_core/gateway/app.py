@@ -23,8 +23,6 @@ from relax_gym_core.errors import (
     ConfigError,
     FieldError,
     RelaxGymError,
-    TrialExpiredError,
-    TrialNotFoundError,
 )
 from relax_gym_core.gateway.auth import bearer_auth
 from relax_gym_core.gateway.config import GatewaySettings
@@ -32,6 +30,7 @@ from relax_gym_core.gateway.intake import CreateIntake
 from relax_gym_core.gateway.limits import limit_bodies
 from relax_gym_core.gateway.metrics import GatewayMetrics
 from relax_gym_core.gateway.openapi import build_openapi
+from relax_gym_core.gateway.trajectory_api import get_trajectories, get_trajectory
 from relax_gym_core.observe import Observer, Observers
 from relax_gym_core.plugin import Hooks, make_plugin_manager
 from relax_gym_core.plugin.registry import RuntimeFactory
@@ -49,7 +48,7 @@ from relax_gym_core.protocol import (
 from relax_gym_core.protocol.jsonutil import canonical
 from relax_gym_core.replicas.pool import PoolRuntime, ReplicaPool
 from relax_gym_core.runtimes import ModelRoute, Runtime, builtin
-from relax_gym_core.trajectories import TrajectoryStore, counts
+from relax_gym_core.trajectories import TrajectoryStore
 from relax_gym_core.trials import (
     MEMORY,
     RecoveryPolicy,
@@ -159,32 +158,6 @@ async def abort_trial(request: Request) -> Response:
     snapshot = service.abort(request.path_params["request_id"])
     await service.written(snapshot.request_id)
     return json_response(unstructure(snapshot), 202)
-
-
-async def get_trajectory(request: Request) -> Response:
-    """What the trial's run was asked and answered and every model call it made (trajectories/), once it
-    has ended; 404 before, after its record expired, or when none was kept."""
-    service = _gateway(request).service
-    request_id = request.path_params["request_id"]
-    try:
-        snapshot = service.get(request_id)
-    except TrialExpiredError:
-        raise TrialNotFoundError(f"trial {request_id!r}: its trajectory expired with its record") from None
-    if service.trajectories is None:
-        raise TrialNotFoundError("this gateway keeps no trajectories (RELAX_GYM_TRAJECTORIES=off)")
-    if not snapshot.status.is_terminal:
-        raise TrialNotFoundError(
-            f"trial {request_id!r} is {snapshot.status.value}: its trajectory comes when it ends"
-        )
-    document = await service.trajectories.read(request_id)
-    if document is None:
-        raise TrialNotFoundError(
-            f"trial {request_id!r} kept no trajectory (it never ran, or ran when the gateway stopped)"
-        )
-    result = unstructure(snapshot)
-    document["result"] = {key: result.get(key) for key in ("status", "reward", "metrics", "error", "cleanup")}
-    document["counts"] = counts(document)
-    return json_response(document)
 
 
 def _trajectory_store(settings: GatewaySettings) -> TrajectoryStore:
@@ -370,6 +343,7 @@ def create_app(
             Route("/v1/trials/{request_id}/renew", renew_trial, methods=["POST"]),
             Route("/v1/trials/{request_id}/abort", abort_trial, methods=["POST"]),
             Route("/v1/trials/{request_id}/trajectory", get_trajectory, methods=["GET"]),
+            Route("/v1/trajectories", get_trajectories, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),

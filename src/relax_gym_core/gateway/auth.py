@@ -1,8 +1,8 @@
 """Optional bearer-token auth on the trial API (`RELAX_GYM_API_TOKEN`).
 
-Only `/v1/trials...` is guarded: health, readiness, OpenAPI and metrics stay open to probes and scrapers, and
-model calls are authorised by their trial's live rollout id (agents never hold the API token). The token is
-compared in constant time and never echoed or logged.
+Only the trial API (`/v1/trials...`, `/v1/trajectories`) is guarded: health, readiness, OpenAPI and
+metrics stay open to probes and scrapers, and model calls are authorised by their trial's live rollout id
+(agents never hold the API token). The token is compared in constant time and never echoed or logged.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from relax_gym_core.errors import UnauthorizedError
 from relax_gym_core.web import error_response
 
 GUARDED_PREFIX = "/v1/trials"
+GUARDED_PATHS = frozenset({GUARDED_PREFIX, "/v1/trajectories"})
 _REFUSED = "missing or wrong API token (Authorization: Bearer ...)"
 
 
@@ -49,4 +50,4 @@ def bearer_auth(token: str) -> Callable[[ASGIApp], ASGIApp]:
 
 
 def _guarded(path: str) -> bool:
-    return path == GUARDED_PREFIX or path.startswith(GUARDED_PREFIX + "/")
+    return path in GUARDED_PATHS or path.startswith(GUARDED_PREFIX + "/")

@@ -19,6 +19,7 @@ import attrs
 
 from relax_gym_core.bridge.routes import RESOURCES
 from relax_gym_core.gateway.config import GatewaySettings
+from relax_gym_core.gateway.trajectory_api import ANSWER_BUDGET, MAX_PER_ANSWER
 from relax_gym_core.protocol import (
     BRIDGE_PREFIX,
     EPOCH_HEADER,
@@ -255,6 +256,39 @@ def build_openapi(settings: GatewaySettings) -> dict[str, Any]:
                     "404": _body(error, "unknown trial, not ended yet, expired, or no trajectory kept"),
                 },
                 parameters=[request_id],
+            )
+        }
+        documents = {"type": "object", "additionalProperties": {"type": "object"}}
+        paths["/v1/trajectories"] = {
+            "get": trial_op(
+                "Several ended trials' trajectories in one answer (relax-gym's own)",
+                {
+                    "200": _body(
+                        {
+                            "type": "object",
+                            "properties": {
+                                "trajectories": documents,
+                                "missing": {"type": "object", "additionalProperties": {"type": "string"}},
+                                "deferred": {"type": "array", "items": {"type": "string"}},
+                            },
+                            "required": ["trajectories", "missing", "deferred"],
+                        },
+                        "documents by request id; why each missing one has none; the ids left for another "
+                        f"request (an answer holds up to {ANSWER_BUDGET >> 20} MiB of documents, the first "
+                        "always)",
+                    ),
+                    "422": _body(error, f"no request_id, or more than {MAX_PER_ANSWER}"),
+                },
+                parameters=[
+                    {
+                        "name": "request_id",
+                        "in": "query",
+                        "required": True,
+                        "style": "form",
+                        "explode": True,
+                        "schema": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_PER_ANSWER},
+                    }
+                ],
             )
         }
     if settings.callback_policy is not None:

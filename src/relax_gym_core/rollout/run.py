@@ -14,6 +14,7 @@ run (nothing is recorded for it), since no trial could succeed.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -45,6 +46,7 @@ from relax_gym_core.rollout.data import DataRow
 from relax_gym_core.rollout.live import Progress
 from relax_gym_core.rollout.policy import Policy, oracle_token
 from relax_gym_core.rollout.store import TRAJECTORY
+from relax_gym_core.rollout.trajectories import TrajectoryReader
 
 CLEANUP_WAIT_S = 60.0  # how long a trial's slot waits for its cleanup verdict before recording "pending"
 LEASE_S = 60.0
@@ -216,17 +218,21 @@ class Engine:
         self.stop = anyio.Event()
         self.fatal: RelaxGymError | None = None
         self.interrupted: list[str | None] = []  # cleanup verdicts of the trials a stop aborted
+        self.trajectories = TrajectoryReader(client)
 
     async def run(self, plan: Sequence[Planned], concurrency: int) -> None:
         slots = anyio.Semaphore(concurrency)
-        async with anyio.create_task_group() as tg:
-            for trial in plan:
-                await slots.acquire()
-                if self.stop.is_set():
-                    slots.release()
-                    break
-                self.progress.started()
-                tg.start_soon(self._one, trial, slots)
+        async with anyio.create_task_group() as reading:
+            reading.start_soon(self.trajectories.serve)
+            async with anyio.create_task_group() as tg:
+                for trial in plan:
+                    await slots.acquire()
+                    if self.stop.is_set():
+                        slots.release()
+                        break
+                    self.progress.started()
+                    tg.start_soon(self._one, trial, slots)
+            reading.cancel_scope.cancel()  # every trial has its trajectory (or gave up on it)
         self.progress.stop_queue()
 
     def fail(self, exc: RelaxGymError) -> None:
@@ -235,15 +241,23 @@ class Engine:
         self.stop.set()
 
     async def _one(self, trial: Planned, slots: anyio.Semaphore) -> None:
+        held = True
         try:
-            record = await self._attempts(trial)
-            if record is not None:
-                self.record(record)
+            ended = await self._attempts(trial)
+            slots.release()  # the trial is over: reading its trajectory need not keep the next one waiting
+            held = False
+            if ended is not None:
+                request_id, make = ended
+                trajectory = await self.trajectories.read(request_id) if request_id is not None else None
+                self.record(make(trajectory=trajectory))
         finally:
             self.progress.left()
-            slots.release()
+            if held:
+                slots.release()
 
-    async def _attempts(self, trial: Planned) -> dict[str, Any] | None:
+    async def _attempts(self, trial: Planned) -> tuple[str | None, functools.partial[dict[str, Any]]] | None:
+        """How the trial ended: the request id whose trajectory its record wants (None: it has none), and
+        what makes the record of it with that trajectory; None when nothing is to be recorded."""
         attempt = 1
         while True:
             request = build_request(self.settings, trial, attempt)
@@ -274,8 +288,8 @@ class Engine:
             if snapshot is not None:
                 snapshot = await self._settled(snapshot)
             calls, phases = self.take_watch(request.request_id) if self.take_watch else (None, None)
-            trajectory = await self._trajectory(request.request_id) if snapshot is not None else None
-            return make_record(
+            make = functools.partial(
+                make_record,
                 trial,
                 request,
                 snapshot,
@@ -284,16 +298,8 @@ class Engine:
                 failure=failure,
                 model_calls=calls,
                 phases=phases,
-                trajectory=trajectory,
             )
-
-    async def _trajectory(self, request_id: str) -> dict[str, Any] | None:
-        """The trial's trajectory from its gateway; None when it kept none or cannot answer now (the
-        trial's line is written either way)."""
-        try:
-            return await self.client.trajectory(request_id)
-        except RelaxGymError:
-            return None
+            return (request.request_id if snapshot is not None else None), make
 
     async def _settled(self, snapshot: TrialSnapshot) -> TrialSnapshot:
         """The snapshot with its cleanup verdict. Most verdicts follow the final status within
