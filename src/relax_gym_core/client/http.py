@@ -177,13 +177,17 @@ class GatewayClient:
         self.service_epoch: str | None = None
         if api_token:
             headers["authorization"] = f"Bearer {api_token}"
-        # trust_env=False: proxies from the trainer's environment must not sit between us and the gateway.
+        self._headers = httpx.Headers(headers)
+        self._transport = _CappedTransport(
+            transport or _default_transport(self.options.max_connections), MAX_RESPONSE_BYTES
+        )
+        # Requests go straight to the transport (_send); the client owns it (closes it) and serves the odd
+        # request made outside the trial API. trust_env=False: proxies from the trainer's environment must
+        # not sit between us and the gateway.
         self._http = httpx.AsyncClient(
             base_url=self.gateway_url,
             trust_env=False,
-            transport=_CappedTransport(
-                transport or _default_transport(self.options.max_connections), MAX_RESPONSE_BYTES
-            ),
+            transport=self._transport,
             timeout=_timeout(self.options.request_timeout_s),
             headers=headers,
             follow_redirects=False,
@@ -384,7 +388,6 @@ class GatewayClient:
         request: CreateTrialRequest | None = None,
     ) -> httpx.Response:
         per_attempt = self.options.request_timeout_s if attempt_timeout_s is None else attempt_timeout_s
-        headers = {"content-type": "application/json"} if content is not None else None
         attempt = 0
         while True:
             attempt += 1
@@ -395,9 +398,7 @@ class GatewayClient:
             failed: httpx.Response | None = None  # the transient error answer of this attempt
             refused = False
             try:
-                response = await self._http.request(
-                    method, path, content=content, headers=headers, timeout=_timeout(limit)
-                )
+                response = await self._send(method, path, content, limit)
             except _ResponseTooLargeError:
                 raise GatewayRequestError(
                     f"Gateway {op} response is larger than {MAX_RESPONSE_BYTES} bytes; not read"
@@ -433,6 +434,27 @@ class GatewayClient:
             logger.info("Gateway %s request failed (%s); retry %d in %.2f s", op, cause, attempt, delay)
             if delay > 0:
                 await self._sleep(delay)
+
+    async def _send(self, method: str, path: str, content: bytes | None, timeout_s: float) -> httpx.Response:
+        """One request, read whole, straight through the transport: httpx's client adds to every request
+        what this one never uses (URL merging, cookies, auth and redirect flows), ~200 us of CPU of ~550."""
+        headers = self._headers
+        if content is not None:
+            headers = headers.copy()
+            headers["content-type"] = "application/json"
+        request = httpx.Request(
+            method,
+            self.gateway_url + path,
+            headers=headers,
+            content=content,
+            extensions={"timeout": _timeout(timeout_s).as_dict()},
+        )
+        response = await self._transport.handle_async_request(request)
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+        return response
 
     def _status_error(
         self,
