@@ -38,6 +38,7 @@ from relax_gym_core.bridge.payloads import (
 )
 from relax_gym_core.bridge.upstream import Forwarder, UpstreamReply
 from relax_gym_core.errors import (
+    InvalidJSONError,
     ProtocolError,
     RelaxGymError,
     RolloutUnavailableError,
@@ -352,9 +353,14 @@ class Bridge:
     def _decode(self, resource: str, request_body: dict[str, Any], reply: UpstreamReply) -> Any:
         """The upstream JSON object (repaired for Responses), or UpstreamError."""
         try:
-            payload = json.loads(reply.body)
-        except ValueError:
+            payload = jsonutil.loads(reply.body, check_unicode=False)  # orjson where it reads as json does
+        except InvalidJSONError:
             raise UpstreamError(_NOT_JSON) from None
+        except ProtocolError:  # NaN and the like: json's own reading, as always (refused when re-encoded)
+            try:
+                payload = json.loads(reply.body)
+            except ValueError:
+                raise UpstreamError(_NOT_JSON) from None
         if not isinstance(payload, dict):
             raise UpstreamError(_NOT_AN_OBJECT)
         if resource == "responses" and reply.status < 400:
