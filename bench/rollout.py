@@ -1,7 +1,7 @@
 """Rollout throughput: `relax-gym rollout` against the echo environment at concurrency 256, as a ratio to
 driving the same trials through the trial API directly (run_trial, same client options, same requests).
 
-Run: .venv/bin/python bench/rollout.py [--trials 500] [--rounds 2]  (or `make bench`). One real
+Run: .venv/bin/python bench/rollout.py [--trials 3000] [--rounds 2]  (or `make bench`). One real
 `relax-gym serve` (echo, 256 slots) serves every driver; each round runs them all, in rotating order, so
 background load hits them alike, and the best round of each is kept. Exits 0 whatever the figures are: a
 slow machine shows MISS, it does not fail.
@@ -188,7 +188,7 @@ def measure(trials: int, rounds: int) -> tuple[dict[str, float], dict[str, int]]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=500)
+    parser.add_argument("--trials", type=int, default=3000)  # seconds a driver: fewer would time start-up
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
         "--direct", nargs=5, metavar=("GATEWAY", "POLICY", "DATA", "RUN_ID", "MODE"), help="(internal)"
