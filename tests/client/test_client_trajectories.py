@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from relax_gym_core.bridge import CallbackPolicy
 from relax_gym_core.client import GatewayClient
 from relax_gym_core.gateway import GatewaySettings, create_app, parse_environments, trajectory_api
+from relax_gym_core.protocol import parse_create_request
 from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy, start_gateway
 
 pytestmark = pytest.mark.anyio
@@ -43,8 +44,7 @@ def echo_trial(policy: ScriptedPolicy, request_id: str, calls: int) -> dict[str,
 
 async def run_to_the_end(client: GatewayClient, bodies: list[dict[str, Any]]) -> list[str]:
     for body in bodies:
-        response = await client._http.post("/v1/trials", json=body)
-        assert response.status_code == 202, response.text
+        await client.create(parse_create_request(body))
     with anyio.fail_after(SAFETY_S):
         for body in bodies:
             await client.settled(body["request_id"], timeout_s=SAFETY_S)

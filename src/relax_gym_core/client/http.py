@@ -178,19 +178,10 @@ class GatewayClient:
         if api_token:
             headers["authorization"] = f"Bearer {api_token}"
         self._headers = httpx.Headers(headers)
+        # Requests go straight to the transport (_send), never through a proxy from the trainer's
+        # environment: none is mounted, and the default transports ignore the proxy variables.
         self._transport = _CappedTransport(
             transport or _default_transport(self.options.max_connections), MAX_RESPONSE_BYTES
-        )
-        # Requests go straight to the transport (_send); the client owns it (closes it) and serves the odd
-        # request made outside the trial API. trust_env=False: proxies from the trainer's environment must
-        # not sit between us and the gateway.
-        self._http = httpx.AsyncClient(
-            base_url=self.gateway_url,
-            trust_env=False,
-            transport=self._transport,
-            timeout=_timeout(self.options.request_timeout_s),
-            headers=headers,
-            follow_redirects=False,
         )
 
     async def __aenter__(self) -> Self:
@@ -201,7 +192,7 @@ class GatewayClient:
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):  # a cancelled session must still release its connections
-            await self._http.aclose()
+            await self._transport.aclose()
 
     # ---- trial API ----------------------------------------------------------------------------------
 
@@ -326,8 +317,9 @@ class GatewayClient:
             deferred = answer.get("deferred") if isinstance(answer, dict) else None
             if not isinstance(documents, dict) or not isinstance(deferred, list):
                 raise ProtocolError("Gateway returned a malformed answer to the trajectories request")
+            later = set(deferred)
             for request_id in asked:
-                if request_id not in deferred:
+                if request_id not in later:
                     document = documents.get(request_id)
                     found[request_id] = document if isinstance(document, dict) else None
             left = [request_id for request_id in wanted if request_id not in found]

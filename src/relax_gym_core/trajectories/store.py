@@ -323,7 +323,7 @@ class TrajectoryStore:
             self._settle(self._in_flight.popleft())
 
     def _settle(self, batch: list[_Finished]) -> None:
-        """These are written (or given up): readers waiting for them go on."""
+        """These are written (or given up): readers find them in the file now, and flush() goes on."""
         for entry in batch:
             if self._pending.get(entry[0]) is entry:
                 del self._pending[entry[0]]
