@@ -36,6 +36,7 @@ from relax_gym_core.errors import GatewayRequestError, ProtocolError
 from relax_gym_core.protocol import (
     EPOCH_HEADER,
     MAX_WAIT_S,
+    REPLAY_HEADER,
     WAITED_HEADER,
     CleanupState,
     CreateTrialRequest,
@@ -175,6 +176,8 @@ class GatewayClient:
         # The service_epoch the last create's answer named (EPOCH_HEADER); None from a gateway that names
         # none. Read it right after create() returns: no other task runs in between.
         self.service_epoch: str | None = None
+        # Whether the last create found its trial already there (REPLAY_HEADER): read it the same way.
+        self.create_replayed = False
         if api_token:
             headers["authorization"] = f"Bearer {api_token}"
         self._headers = httpx.Headers(headers)
@@ -183,6 +186,11 @@ class GatewayClient:
         self._transport = _CappedTransport(
             transport or _default_transport(self.options.max_connections), MAX_RESPONSE_BYTES
         )
+
+    @property
+    def long_polls(self) -> bool | None:
+        """Whether the gateway waits when asked (``?wait_s=``); None until an answer has shown it."""
+        return self._long_polls
 
     async def __aenter__(self) -> Self:
         return self
@@ -196,15 +204,20 @@ class GatewayClient:
 
     # ---- trial API ----------------------------------------------------------------------------------
 
-    async def create(self, request: CreateTrialRequest) -> TrialSnapshot:
-        """POST /v1/trials (idempotent: retries resend the same request_id and body)."""
+    async def create(self, request: CreateTrialRequest, *, wait_s: float = 0.0) -> TrialSnapshot:
+        """POST /v1/trials (idempotent: retries resend the same request_id and body).
+
+        With `wait_s`, the gateway answers once the trial's status is final or that many seconds have
+        passed (relax-gym's `?wait_s=`; the reference ignores it and answers at once): a short trial then
+        needs no poll at all. Keep it below the lease's renew interval: nothing renews while it waits."""
         opts = self.options
+        wait_s = min(max(wait_s, 0.0), MAX_WAIT_S)
         response = await self._call(
             "create",
             "POST",
-            "/v1/trials",
+            f"/v1/trials?wait_s={wait_s:g}" if wait_s else "/v1/trials",
             content=jsonutil.dumps(request_to_wire(request)),
-            attempt_timeout_s=opts.startup_timeout_s,
+            attempt_timeout_s=opts.startup_timeout_s + wait_s,
             policy=_Policy(
                 max_attempts=opts.max_retries + 1,
                 until=self.clock() + opts.startup_timeout_s,
@@ -214,7 +227,16 @@ class GatewayClient:
             request=request,
         )
         self.service_epoch = response.headers.get(EPOCH_HEADER)
-        return parse_snapshot(self._json(response, "create"), request_id=request.request_id)
+        snapshot = parse_snapshot(self._json(response, "create"), request_id=request.request_id)
+        waited = WAITED_HEADER in response.headers
+        if waited:
+            self._long_polls = True
+        # A gateway that never waits on a create (the reference, an older relax-gym) answers a new trial
+        # before it can end: a final status there means the trial was already there.
+        self.create_replayed = REPLAY_HEADER in response.headers or (
+            not waited and snapshot.status.is_terminal
+        )
+        return snapshot
 
     async def get(self, request_id: str, *, retry_until: float | None = None) -> TrialSnapshot:
         response = await self._call(

@@ -130,14 +130,20 @@ class _TrialRun:
             self.epoch = await self._service_epoch()
         self.lease_anchor = self.gateway.clock()
         self.create_sent = True
-        snapshot = await self.gateway.create(self.request)
+        # The create itself waits for the trial's end, up to the first renew (nothing renews meanwhile):
+        # a trial shorter than that costs one request. A gateway known not to wait is not asked to.
+        wait_s = 0.0 if self.gateway.long_polls is False else self._heartbeat_interval()
+        snapshot = await self.gateway.create(self.request, wait_s=wait_s)
         self.created = True
         if self.gateway.service_epoch is not None:  # this create's answer named the gateway holding it
             self.epoch = self.gateway.service_epoch
         return snapshot
 
+    def _heartbeat_interval(self) -> float:
+        return max(MIN_HEARTBEAT_S, self.request.lease_s / 3)
+
     async def _heartbeat(self, tg: TaskGroup) -> None:
-        interval = max(MIN_HEARTBEAT_S, self.request.lease_s / 3)
+        interval = self._heartbeat_interval()
         try:
             # The create refreshed the lease no sooner than lease_anchor: the first renew is due one
             # interval after it, like every later one after the renew before.

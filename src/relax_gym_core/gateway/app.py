@@ -39,6 +39,7 @@ from relax_gym_core.protocol import (
     EPOCH_HEADER,
     MAX_WAIT_S,
     PROTOCOL_VERSION,
+    REPLAY_HEADER,
     ROLLOUT_TAG,
     WAITED_HEADER,
     ServiceHealth,
@@ -117,11 +118,20 @@ def _gateway(request: Request) -> Gateway:
 
 
 async def create_trial(request: Request) -> Response:
+    """Create (or find: idempotent by request_id) a trial; with ``?wait_s=S`` (this gateway's own), answer
+    once its status is final or S seconds have passed, so a short trial costs its client one request."""
+    wait_s = _wait_s(request)
     trial_request = await request.app.state.intake.parse(await request.body())
     gateway = _gateway(request)
-    snapshot, _created = gateway.service.create(trial_request)
-    await gateway.service.written(trial_request.request_id)  # durable before acknowledged
-    return json_response(unstructure(snapshot), 202, {EPOCH_HEADER: gateway.service_epoch})
+    snapshot, created = gateway.service.create(trial_request)
+    headers = {EPOCH_HEADER: gateway.service_epoch}
+    if not created:
+        headers[REPLAY_HEADER] = "1"
+    if wait_s:
+        snapshot = await gateway.service.ended(snapshot.request_id, wait_s)
+        headers[WAITED_HEADER] = "1"
+    await gateway.service.written(snapshot.request_id)  # durable before acknowledged
+    return json_response(unstructure(snapshot), 202, headers)
 
 
 def _wait_s(request: Request) -> float:

@@ -25,6 +25,7 @@ from relax_gym_core.protocol import (
     EPOCH_HEADER,
     MAX_WAIT_S,
     PROTOCOL_VERSION,
+    REPLAY_HEADER,
     ROLLOUT_TAG,
     WAITED_HEADER,
     CreateTrialRequest,
@@ -168,6 +169,12 @@ def build_openapi(settings: GatewaySettings) -> dict[str, Any]:
         "left to change. Without it, at once (relax-nemo-gym/v1).",
         "schema": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S},
     }
+    create_wait_s = {
+        **wait_s,
+        "description": "relax-gym's own: answer once the trial's status is final, or after this many seconds "
+        f"(the answer then carries the `{WAITED_HEADER}` header), so a short trial needs no poll. Keep it "
+        "below the lease: nothing renews it meanwhile. Without it, at once (relax-nemo-gym/v1).",
+    }
     not_found = _body(error, "unknown or expired trial")
     poll_link = {
         "GetTrial": {
@@ -187,17 +194,23 @@ def build_openapi(settings: GatewaySettings) -> dict[str, Any]:
                             EPOCH_HEADER: {
                                 "description": "the service_epoch (GET /healthz) of the trial's gateway",
                                 "schema": {"type": "string"},
-                            }
+                            },
+                            REPLAY_HEADER: {
+                                "description": "present (1) when the trial was already there: a retry, or a "
+                                "replay of an earlier run's request_id",
+                                "schema": {"type": "string"},
+                            },
                         },
                     },
                     "400": _body(error, "bad JSON, unregistered environment, policy or deadline mismatch"),
                     "409": _body(error, "request_id reused with a different payload"),
                     "413": too_large,
-                    "422": _body(error, "invalid request (names the field)"),
+                    "422": _body(error, "invalid request, or wait_s out of range (names the field)"),
                     "429": _body(error, "environment queue is full; see Retry-After"),
                     "503": _body(error, "gateway is shutting down"),
                 },
                 operationId="createTrial",
+                parameters=[create_wait_s],
                 requestBody={
                     "required": True,
                     "content": {_JSON: {"schema": create, "example": _create_example(settings)}},

@@ -28,6 +28,10 @@ WAITED_HEADER: Final = "relax-gym-waited"
 # holds the trial, so a client that later meets a 404 can tell a restart apart without probing /healthz
 # before every create. A gateway without it (the reference) is probed, as before.
 EPOCH_HEADER: Final = "relax-gym-service-epoch"
+# And: a create (POST /v1/trials) takes `?wait_s=S` too, answering once the trial's status is final or S
+# seconds have passed (WAITED_HEADER says it waited), and REPLAY_HEADER marks the answer to a create that
+# found the trial already there (a retry, or a replay of an earlier run's request id).
+REPLAY_HEADER: Final = "relax-gym-replay"
 REQUEST_ID_MAX_LEN: Final = 256
 _REQUEST_ID_RE: Final = re.compile(r"[A-Za-z0-9._~-]+")
 # RFC 7230 token characters; header names outside this set would let a client smuggle headers upstream.

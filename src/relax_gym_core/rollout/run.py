@@ -117,9 +117,9 @@ class ReplayAwareClient(GatewayClient):
         super().__init__(*args, **kwargs)
         self.replayed: set[str] = set()
 
-    async def create(self, request: CreateTrialRequest) -> TrialSnapshot:
-        snapshot = await super().create(request)
-        if snapshot.status.is_terminal:
+    async def create(self, request: CreateTrialRequest, *, wait_s: float = 0.0) -> TrialSnapshot:
+        snapshot = await super().create(request, wait_s=wait_s)
+        if self.create_replayed and snapshot.status.is_terminal:
             self.replayed.add(request.request_id)
         return snapshot
 

@@ -47,6 +47,10 @@ class Changes:
                 else:
                     del self._waiting[request_id]
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         """Wake every waiter, now and from now on (the gateway is shutting down)."""
         self._closed = True

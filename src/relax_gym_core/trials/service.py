@@ -172,6 +172,22 @@ class TrialService:
         await self.changes.next(request_id, wait_s)
         return self.get(request_id)
 
+    async def ended(self, request_id: str, wait_s: float) -> TrialSnapshot:
+        """get(), once the trial's status is final (its cleanup may still be pending) or wait_s has passed:
+        what a create that was asked to wait answers, so a short trial costs its client one request."""
+        snapshot = self.get(request_id)
+        if self.changes is None or wait_s <= 0:
+            return snapshot
+        loop = asyncio.get_running_loop()
+        until = loop.time() + wait_s  # real waiting, whatever clock the book keeps
+        while not snapshot.status.is_terminal and not self.changes.closed:  # closed: next() would not wait
+            left = until - loop.time()
+            if left <= 0:
+                break
+            await self.changes.next(request_id, left)
+            snapshot = self.get(request_id)
+        return snapshot
+
     async def written(self, request_id: str) -> None:
         """Wait until this trial's state so far is durable; answer anyone about it only then."""
         pending = self.book.store.unwritten(request_id)
