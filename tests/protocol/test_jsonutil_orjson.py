@@ -432,3 +432,42 @@ def test_what_json_refuses_stays_refused_though_orjson_encodes_some(value: Any) 
 def test_canonical_stays_the_json_modules_bytes() -> None:
     # Fingerprints compare canonical() across processes and restarts: its bytes must not change.
     assert jsonutil.canonical({"b": 1e-7, "a": [1e16, -0.0]}) == b'{"a":[1e+16,-0.0],"b":1e-07}'
+
+
+@settings(max_examples=300)
+@given(json_texts, st.sampled_from(MUTATIONS))
+def test_what_loads_read_is_encoded_alike_without_the_read_back(text: str, how: str) -> None:
+    """dumps(parsed=True), for values loads() returned: what json would write, or the same refusal."""
+    try:
+        value = jsonutil.loads(mutate(text, how, 0), check_unicode=False)
+    except ProtocolError:
+        return
+    try:
+        quick = jsonutil.dumps(value, parsed=True)
+    except Exception:  # noqa: BLE001 - compared below
+        assert outcome(lambda: jsonutil.dumps(value, parsed=True)) == outcome(lambda: jsonutil.dumps(value))
+        return
+    assert exact(json.loads(quick)) == exact(value) == exact(json.loads(jsonutil.dumps(value)))
+
+
+def test_parsed_is_a_promise_the_caller_keeps() -> None:
+    """What the read-back catches is not looked for: a NaN that could never come out of loads() is written
+    as orjson writes it. The bridge passes parsed=True only for a body loads() read."""
+    assert jsonutil.dumps({"x": math.nan}, parsed=True) == b'{"x":null}'
+    with pytest.raises(ValueError, match="Out of range float"):
+        jsonutil.dumps({"x": math.nan})
+
+
+@settings(max_examples=300)
+@given(json_texts, st.sampled_from(MUTATIONS), st.sampled_from(["", *SPECIAL_NUMBERS]))
+def test_loads_as_json_reads_what_json_loads_reads(text: str, how: str, special: str) -> None:
+    """NaN, Infinity and 1e400 included (json.loads reads them); not JSON at all: a ValueError either way."""
+    data = mutate(f"[{special}, {text}]" if special else text, how, 0).encode("utf-8", "surrogatepass")
+    try:
+        expected = json.loads(data)
+    except ValueError:
+        with pytest.raises(ValueError):
+            jsonutil.loads_as_json(data)
+        return
+    got = jsonutil.loads_as_json(data)
+    assert repr(exact(got)) == repr(exact(expected))  # repr: nan != nan

@@ -38,7 +38,6 @@ from relax_gym_core.bridge.payloads import (
 )
 from relax_gym_core.bridge.upstream import Forwarder, UpstreamReply
 from relax_gym_core.errors import (
-    InvalidJSONError,
     ProtocolError,
     RelaxGymError,
     RolloutUnavailableError,
@@ -300,7 +299,8 @@ class Bridge:
                     "Content-Type": "application/json",
                 }
                 label = f"request_id={target.request_id} resource={resource}"
-                sent = jsonutil.dumps(payload)
+                # The agent's body as loads() read it, with the trial's checked sampling params and alias.
+                sent = jsonutil.dumps(payload, parsed=True)
                 reply = await self.forwarder.forward(
                     url,
                     headers=headers,
@@ -353,14 +353,9 @@ class Bridge:
     def _decode(self, resource: str, request_body: dict[str, Any], reply: UpstreamReply) -> Any:
         """The upstream JSON object (repaired for Responses), or UpstreamError."""
         try:
-            payload = jsonutil.loads(reply.body, check_unicode=False)  # orjson where it reads as json does
-        except InvalidJSONError:
+            payload = jsonutil.loads_as_json(reply.body)  # NaN and the like: refused when re-encoded
+        except ValueError:
             raise UpstreamError(_NOT_JSON) from None
-        except ProtocolError:  # NaN and the like: json's own reading, as always (refused when re-encoded)
-            try:
-                payload = json.loads(reply.body)
-            except ValueError:
-                raise UpstreamError(_NOT_JSON) from None
         if not isinstance(payload, dict):
             raise UpstreamError(_NOT_AN_OBJECT)
         if resource == "responses" and reply.status < 400:

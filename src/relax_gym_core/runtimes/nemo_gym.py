@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
@@ -146,7 +145,7 @@ class NemoGymRuntime:
                 # The body is not quoted: agents echo requests, and the request carries the rollout id.
                 raise AgentRunError(f"NeMo Gym agent /run answered HTTP {response.status}")
         try:
-            payload = json.loads(raw)
+            payload = jsonutil.loads_as_json(raw)  # orjson where it reads as json does: ~4x faster
         except ValueError:
             raise AgentRunError("NeMo Gym agent returned a non-JSON response") from None
         if not isinstance(payload, dict):
