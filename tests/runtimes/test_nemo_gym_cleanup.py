@@ -1,7 +1,8 @@
 """The NeMo Gym run adapter's cleanup verdicts, against a real HTTP server on 127.0.0.1 that records
 every call: only a probe answering {"clean": true} confirms; a refused cleanup POST is cleanup_failed; a
 probe that answers garbage is cleanup_probe_failed; anything else is unverified. A stateless
-environment is confirmed without a single call."""
+environment is confirmed without a single call, and so is a run whose own /run answer states its rollout
+released (relax_gym_core.ingym.mark_released)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from relax_gym_core.ingym import RELEASED_KEY, rollout_id_of
 from relax_gym_core.plugin import reference_environment
 from relax_gym_core.plugin.cleanup import CleanupURLs
 from relax_gym_core.plugin.runs import (
@@ -54,6 +56,7 @@ class Agent:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.released: dict[str, str] = {}  # rollout id -> the rollout its /run answer states released
         self.app = Starlette(
             routes=[
                 Route("/run", self.run, methods=["POST"]),
@@ -63,8 +66,13 @@ class Agent:
         )
 
     async def run(self, request: Request) -> Response:
-        await request.body()
-        return JSONResponse({"reward": 1.0})
+        rollout_id = rollout_id_of(await request.json())
+        released = self.released.get(rollout_id or "")
+        if released is None:
+            return JSONResponse({"reward": 1.0})
+        # As NeMo Gym's simple_agent passes on a verify answer that states a release.
+        params = {"metadata": {RELEASED_KEY: released}}
+        return JSONResponse({"reward": 1.0, "responses_create_params": params})
 
     async def cleanup(self, request: Request) -> Response:
         self.calls.append(("POST", request.url.path))
@@ -213,5 +221,24 @@ async def test_without_a_probe_url_nothing_is_confirmed(agent: Any, make_body: A
         assert run.calls() == [("POST", run.path("cleanup", "accept"))]
         assert await handle.abort() == CLEANUP_UNVERIFIED  # no abort URL: nothing to call
         assert run.calls() == [("POST", run.path("cleanup", "accept"))]
+    finally:
+        await run.runtime.close()
+
+
+@pytest.mark.parametrize("whose", ["its own", "another"])
+async def test_a_run_answer_stating_the_release_is_the_probes_answer(
+    agent: Any, make_body: Any, whose: str
+) -> None:
+    """Its own rollout id: confirmed without asking (the probe here would say "dirty"). Another's: asked."""
+    run = Run(agent, make_body, cleanup_probe_url="/probe/dirty")
+    run.server.released[run.rollout_id] = run.rollout_id if whose == "its own" else "rollout-other"
+    try:
+        handle = await run.start()
+        if whose == "its own":
+            assert await handle.probe_cleanup() == CLEANUP_CONFIRMED
+            assert run.calls() == []
+        else:
+            assert await handle.probe_cleanup() == CLEANUP_UNVERIFIED
+            assert run.calls() == [("GET", run.path("probe", "dirty"))]
     finally:
         await run.runtime.close()

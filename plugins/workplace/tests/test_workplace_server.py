@@ -14,6 +14,7 @@ import httpx
 import pytest
 from attrs import define, field
 from relax_gym_core.gym.release import observability_wanted
+from relax_gym_core.ingym import released_in
 from relax_gym_core.plugin import Hooks, converted_row, verify_body
 from relax_gym_core.protocol import Generation
 from relax_gym_core.testing import check_probes
@@ -206,6 +207,7 @@ def test_verify_drops_the_session_of_its_cookie(stack: Stack, rows: list[dict[st
         answer = c.post("/verify", json=verify_body(row, calls_only(row["ground_truth"], "v")))
         assert answer.json()["reward"] == 1.0
         assert sessions(stack) == before
+        assert released_in(answer.json()) is None  # no rollout named: nothing to state
 
 
 def test_verify_drops_the_sessions_of_its_rollout(stack: Stack, rows: list[dict[str, Any]]) -> None:
@@ -215,8 +217,10 @@ def test_verify_drops_the_sessions_of_its_rollout(stack: Stack, rows: list[dict[
         assert c.post("/seed_session", json=body).status_code == 200
     assert is_clean(stack, rollout_id) is False
     with client(stack.resources) as c:  # no session cookie: found by the rollout id in the body
-        assert c.post("/verify", json=verify_body(body, message_only("r"))).json()["reward"] == 0.0
+        answer = c.post("/verify", json=verify_body(body, message_only("r"))).json()
+    assert answer["reward"] == 0.0
     assert is_clean(stack, rollout_id) is True
+    assert released_in(answer) == rollout_id  # what the probe just said, said in the answer
 
 
 def test_a_seed_after_cleanup_is_refused(stack: Stack, rows: list[dict[str, Any]]) -> None:
@@ -286,6 +290,7 @@ def test_a_run_through_the_real_agent_is_scored_and_leaves_nothing(
     # The agent forwarded _ng_task_index/_ng_rollout_index to /seed_session: the session was keyed.
     assert seen_clean == [False]
     assert is_clean(stack, rollout_id) is True  # released by /verify, no cleanup call needed
+    assert released_in(answer.json()) == rollout_id  # and said so: upstream's agent passes it on
     requests = stack.model.requests
     assert len(requests) == 3
     # NeMo Gym >= 0.5 with observability on prefixes each call by the rollout id the body carries.

@@ -6,7 +6,9 @@ A trial's rollout id comes in the /run body as _ng_task_index/_ng_rollout_index 
 ``f"{task}-{rollout}"``), and also as the tag in ``responses_create_params.metadata``. A stateful server
 keys what a trial holds by it and proves its release at CLEANUP_PATH: ``POST`` releases everything the
 rollout holds (and refuses to start it afterwards: CleanedRollouts remembers it), ``GET`` answers
-``{"rollout_id": ..., "clean": true|false}``, checked now.
+``{"rollout_id": ..., "clean": true|false}``, checked now. A server that releases a rollout as its run ends
+(in /verify) can say so in that answer instead (mark_released): the agent passes it on in the /run answer,
+and the gateway takes it as the probe's answer without asking (released_in).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ ROLLOUT_TAG: Final = "relax_gym_rollout"  # the metadata key holding a trial's r
 TASK_INDEX: Final = "_ng_task_index"  # NeMo Gym's /run body keys; the rollout id is "<task>-<rollout>"
 ROLLOUT_INDEX: Final = "_ng_rollout_index"
 CLEANUP_PATH: Final = "/cleanup/{rollout_id}"  # POST: release; GET: {"rollout_id", "clean"}
+RELEASED_KEY: Final = "relax_gym_released"  # in a verify answer's params metadata: the rollout id left clean
 
 
 def _index(value: Any) -> str | None:
@@ -45,6 +48,21 @@ def rollout_id_of(fields: Mapping[str, Any] | None, params: Any = None) -> str |
     if task is not None and rollout is not None:
         return f"{task}-{rollout}"
     return tag_of(fields.get("responses_create_params") if params is None else params)
+
+
+def mark_released(params: Any, rollout_id: str) -> None:
+    """State in a verify answer's ``responses_create_params`` (a NeMo Gym params model) that the server holds
+    nothing of `rollout_id` any more: checked by the caller just before, as a GET at CLEANUP_PATH would."""
+    metadata = getattr(params, "metadata", None)
+    params.metadata = {**(metadata if isinstance(metadata, Mapping) else {}), RELEASED_KEY: rollout_id}
+
+
+def released_in(answer: Any) -> str | None:
+    """The rollout id a /run answer states released (mark_released, passed on by the agent), else None."""
+    params = answer.get("responses_create_params") if isinstance(answer, Mapping) else None
+    metadata = params.get("metadata") if isinstance(params, Mapping) else None
+    released = metadata.get(RELEASED_KEY) if isinstance(metadata, Mapping) else None
+    return released if isinstance(released, str) and released else None
 
 
 class CleanedRollouts:

@@ -7,7 +7,9 @@
   /ng-rollout/<task>-<rollout>), and as the model-call tag (RunContext.model.metadata) in
   responses_create_params.metadata, which NeMo Gym 0.4.0's simple_agent resends unchanged on every model
   call (it does not prefix); the bridge strips the tag before going upstream.
-- Abort closes the /run call, then runs the environment's cleanup contract and probes it.
+- Abort closes the /run call, then runs the environment's cleanup contract and probes it. After a run that
+  ended on its own, a /run answer that states the rollout released (relax_gym_core.ingym.mark_released)
+  is the probe's answer: one request fewer per trial (~1 ms of the environment server's CPU).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import aiohttp
 
 from relax_gym_core.errors import AgentRunError, ConfigError
+from relax_gym_core.ingym import released_in
 from relax_gym_core.plugin import EnvironmentDefinition
 from relax_gym_core.plugin.runs import (
     CLEANUP_CONFIRMED,
@@ -77,9 +80,17 @@ class NemoGymRun:
         failed = await self._post(self._runtime.cleanup.force_cleanup_url)
         return failed or await self.probe_cleanup()
 
+    def _answer_released(self) -> bool:
+        """The run's own /run answer states its rollout released (ingym.released_in): the environment said
+        so as the run ended, after releasing it; a probe now would only say it again."""
+        call = self._call
+        if call is None or not call.done() or call.cancelled() or call.exception() is not None:
+            return False
+        return released_in(call.result()) == self._rollout_id
+
     async def probe_cleanup(self) -> CleanupResult:
         cleanup = self._runtime.cleanup
-        if cleanup.stateless:
+        if cleanup.stateless or self._answer_released():
             return CLEANUP_CONFIRMED
         if cleanup.cleanup_probe_url is None:
             return CLEANUP_UNVERIFIED

@@ -10,7 +10,9 @@ class (nothing vendored, nothing patched) adds:
   that was already cleaned up is refused (HTTP 409): an abort that overtakes the seed cannot leak a session.
 - ``POST /verify`` scores with upstream's verify, then always (finally) drops the session's tool
   databases and mappings: the trial is over (upstream's verify replays the calls on fresh databases and
-  never reads the session's own).
+  never reads the session's own). Its answer then states the rollout released (ingym.mark_released, in
+  ``responses_create_params.metadata``), which the agent passes on in the /run answer: the gateway
+  needs no cleanup probe after a run that ended this way.
 - ``POST /cleanup/{rollout_id}`` drops every session of that rollout and remembers the id (bounded) ->
   ``{"accepted": true, ...}``; ``GET /cleanup/{rollout_id}`` -> ``{"rollout_id", "clean"}``, clean when
   no tool databases of that rollout are left.
@@ -27,7 +29,7 @@ from fastapi import FastAPI, HTTPException, Request
 from nemo_gym.base_resources_server import BaseSeedSessionRequest, BaseSeedSessionResponse
 from nemo_gym.server_utils import SESSION_ID_KEY
 from pydantic import ConfigDict, PrivateAttr
-from relax_gym_core.ingym import CLEANUP_PATH, CleanedRollouts, rollout_id_of
+from relax_gym_core.ingym import CLEANUP_PATH, CleanedRollouts, mark_released, rollout_id_of
 from resources_servers.workplace_assistant.app import (
     WorkbenchResourcesServer,
     WorkbenchResourcesServerConfig,
@@ -121,11 +123,15 @@ class CleanupWorkbenchResourcesServer(WorkbenchResourcesServer):  # type: ignore
         session_id = request.session[SESSION_ID_KEY]
         rollout_id = rollout_id_of(body.model_extra, body.responses_create_params)
         try:
-            return await super().verify(body)
+            response: WorkbenchVerifyResponse = await super().verify(body)
         finally:
             self._drop_session(session_id)
             if rollout_id is not None:
                 self._drop_rollout(rollout_id)
+        if rollout_id is not None and rollout_id not in self._rollout_sessions:
+            # What GET /cleanup/{rollout_id} would answer now, said in the answer: no probe after the run.
+            mark_released(response.responses_create_params, rollout_id)
+        return response
 
     async def cleanup(self, rollout_id: str) -> dict[str, Any]:
         dropped = self._drop_rollout(rollout_id)
