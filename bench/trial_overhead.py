@@ -98,11 +98,11 @@ def nemo_gym_policy() -> Starlette:
 
 
 def busy_seconds() -> float:
-    """CPU time of the whole machine so far (every process: user, system, irq), from /proc/stat."""
+    """CPU time of the whole machine so far (every process: user, nice, system, irq, softirq), from
+    /proc/stat; not idle, iowait or steal (another guest's time on this machine's cores)."""
     with open("/proc/stat") as stat:
-        fields = [int(x) for x in stat.readline().split()[1:]]
-    idle = fields[3] + fields[4]
-    return (sum(fields[:8]) - idle) * TICK_S
+        user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in stat.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) * TICK_S
 
 
 def _ticks(stat_path: str) -> int:
