@@ -35,6 +35,7 @@ from relax_gym_core.client.settings import ClientOptions
 from relax_gym_core.errors import GatewayRequestError, ProtocolError
 from relax_gym_core.protocol import (
     EPOCH_HEADER,
+    MAX_TRAJECTORY_IDS,
     MAX_WAIT_S,
     REPLAY_HEADER,
     WAITED_HEADER,
@@ -55,7 +56,6 @@ MAX_RETRY_AFTER_S: Final = 60.0  # a gateway cannot park us longer than this per
 PATIENT_MIN_DELAY_S: Final = 0.1  # unbounded retry loops never spin, even with retry_backoff_s = 0
 MIN_ATTEMPT_TIMEOUT_S: Final = 0.5
 _USER_AGENT: Final = "relax-gym-client"
-MAX_TRAJECTORIES_ASKED: Final = 256  # request ids in one GET /v1/trajectories (the gateway's limit)
 MAX_RESPONSE_BYTES: Final = 16 << 20  # a snapshot is kilobytes; this is for metrics-heavy environments
 
 type Sleep = Callable[[float], Awaitable[None]]
@@ -321,7 +321,7 @@ class GatewayClient:
         found: dict[str, dict[str, Any] | None] = {}
         wanted = list(dict.fromkeys(request_ids))
         while wanted and self._many_trajectories:
-            asked = wanted[:MAX_TRAJECTORIES_ASKED]
+            asked = wanted[:MAX_TRAJECTORY_IDS]
             try:
                 response = await self._call(
                     "trajectories",

@@ -19,10 +19,11 @@ import attrs
 
 from relax_gym_core.bridge.routes import RESOURCES
 from relax_gym_core.gateway.config import GatewaySettings
-from relax_gym_core.gateway.trajectory_api import ANSWER_BUDGET, MAX_PER_ANSWER
+from relax_gym_core.gateway.trajectory_api import ANSWER_BUDGET
 from relax_gym_core.protocol import (
     BRIDGE_PREFIX,
     EPOCH_HEADER,
+    MAX_TRAJECTORY_IDS,
     MAX_WAIT_S,
     PROTOCOL_VERSION,
     REPLAY_HEADER,
@@ -290,7 +291,7 @@ def build_openapi(settings: GatewaySettings) -> dict[str, Any]:
                         f"request (an answer holds up to {ANSWER_BUDGET >> 20} MiB of documents, the first "
                         "always)",
                     ),
-                    "422": _body(error, f"no request_id, or more than {MAX_PER_ANSWER}"),
+                    "422": _body(error, f"no request_id, or more than {MAX_TRAJECTORY_IDS}"),
                 },
                 parameters=[
                     {
@@ -299,7 +300,11 @@ def build_openapi(settings: GatewaySettings) -> dict[str, Any]:
                         "required": True,
                         "style": "form",
                         "explode": True,
-                        "schema": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_PER_ANSWER},
+                        "schema": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "maxItems": MAX_TRAJECTORY_IDS,
+                        },
                     }
                 ],
             )

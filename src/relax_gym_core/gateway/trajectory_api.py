@@ -15,12 +15,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from relax_gym_core.errors import FieldError, TrialExpiredError, TrialNotFoundError
-from relax_gym_core.protocol import jsonutil, unstructure
+from relax_gym_core.protocol import MAX_TRAJECTORY_IDS, jsonutil, unstructure
 from relax_gym_core.trajectories import counts
 from relax_gym_core.trials import TrialService
 from relax_gym_core.web import json_response
 
-MAX_PER_ANSWER = 256  # request ids in one GET /v1/trajectories
 ANSWER_BUDGET = 8 << 20  # bytes of documents in one answer (a client reads up to 16 MiB)
 RESULT_FIELDS = ("status", "reward", "metrics", "error", "cleanup")
 
@@ -62,8 +61,8 @@ async def get_trajectory(request: Request) -> Response:
 async def get_trajectories(request: Request) -> Response:
     """`{"trajectories": {id: document}, "missing": {id: why}, "deferred": [id, ...]}` for the ids asked."""
     asked = list(dict.fromkeys(request.query_params.getlist("request_id")))
-    if not 1 <= len(asked) <= MAX_PER_ANSWER:
-        raise FieldError(f"request_id: ask for 1 to {MAX_PER_ANSWER} trials at once, got {len(asked)}")
+    if not 1 <= len(asked) <= MAX_TRAJECTORY_IDS:
+        raise FieldError(f"request_id: ask for 1 to {MAX_TRAJECTORY_IDS} trials at once, got {len(asked)}")
     service = _service(request)
     documents: list[bytes] = []
     missing: dict[str, str] = {}

@@ -21,6 +21,7 @@ from relax_gym_core.protocol.converter import (
 )
 from relax_gym_core.protocol.types import (
     EPOCH_HEADER,
+    MAX_TRAJECTORY_IDS,
     MAX_WAIT_S,
     PROTOCOL_VERSION,
     REPLAY_HEADER,
@@ -41,6 +42,7 @@ from relax_gym_core.protocol.types import (
 __all__ = [
     "BRIDGE_PREFIX",
     "EPOCH_HEADER",
+    "MAX_TRAJECTORY_IDS",
     "MAX_WAIT_S",
     "PROTOCOL_VERSION",
     "REPLAY_HEADER",

@@ -32,6 +32,8 @@ EPOCH_HEADER: Final = "relax-gym-service-epoch"
 # seconds have passed (WAITED_HEADER says it waited), and REPLAY_HEADER marks the answer to a create that
 # found the trial already there (a retry, or a replay of an earlier run's request id).
 REPLAY_HEADER: Final = "relax-gym-replay"
+# And GET /v1/trajectories?request_id=...: the trajectories of this many trials at most in one request.
+MAX_TRAJECTORY_IDS: Final = 256
 REQUEST_ID_MAX_LEN: Final = 256
 _REQUEST_ID_RE: Final = re.compile(r"[A-Za-z0-9._~-]+")
 # RFC 7230 token characters; header names outside this set would let a client smuggle headers upstream.
