@@ -184,12 +184,14 @@ class RunError(RelaxGymError):
 class EnvironmentFailure(RunError):
     """A run ended in an infrastructure failure (not a model failure): never a reward of 0.
 
-    `kind` names the failure ("verifier_error", "sandbox_lost", ...) and is reported in the trial error.
+    `kind` names the failure ("verifier_error", "judge_failed", "masked:<kind>", ...) and is reported in the
+    trial error, with `reason` (one bounded line, the environment's own words, no secret) when there is one.
     """
 
-    def __init__(self, message: str, *, kind: str) -> None:
+    def __init__(self, message: str, *, kind: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.reason = reason
 
 
 class ReplicaLostError(EnvironmentFailure):

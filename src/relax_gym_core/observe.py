@@ -42,6 +42,9 @@ class Transition:
     age_s: float  # since the trial was admitted
     previous: TrialEvent | None  # the phase this event ends (None for QUEUED)
     phase_s: float  # how long the trial spent in that phase
+    # What ended a trial that did not finish on its own (TERMINAL, not completed or truncated): its error's
+    # kind (an infrastructure failure's name: judge_failed, masked:..., replica_lost), else its code.
+    failure: str | None = None
 
 
 @frozen(kw_only=True)

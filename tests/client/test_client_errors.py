@@ -21,8 +21,9 @@ import httpx
 import pytest
 
 from relax_gym_core.client import ClientOptions, GatewayClient, TrialGoneError, run_trial
-from relax_gym_core.client.diagnosis import MAX_DETAIL_CHARS, MAX_ERROR_BODY_BYTES, safe_text
+from relax_gym_core.client.diagnosis import MAX_ERROR_BODY_BYTES
 from relax_gym_core.errors import GatewayRequestError
+from relax_gym_core.protocol.text import MAX_DETAIL_CHARS, safe_text
 from relax_gym_core.testing.web import GatewayProcess, start_gateway
 
 SAFETY_S = 60  # guards against hangs only

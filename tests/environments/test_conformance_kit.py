@@ -442,7 +442,19 @@ def test_missing_reward_may_be_an_environment_failure_instead_of_none() -> None:
             return RunResult(reward=body["reward"])
 
     hooks = hooks_for(environment(Strict))
-    check_result_mapping(hooks, ENV, body={"response": {"output": [boxed("8")]}, "reward": 0.3})
+    body = {"response": {"output": [boxed("8")]}, "reward": 0.3}
+    check_result_mapping(hooks, ENV, body=body, reported_failures=False)
+    # Its own mapping scores what NeMo Gym says it could not score: the kit names each such answer.
+    message = kit_failure(lambda: check_result_mapping(hooks, ENV, body=body))
+    assert (
+        "a body with a failed judge, reward 0.0 mapped to reward 0.0: the environment says it could not"
+        in message
+    )
+    assert "a body with instance_config.mask_sample, reward 1.0 mapped to reward 1.0" in message
+
+
+def test_the_reference_mapping_ends_what_nemo_gym_reports_by_its_kind() -> None:
+    check_result_mapping(hooks_for(), ENV, body={"response": {"output": [boxed("8")]}, "reward": 0.3})
 
 
 # ---- probes ----------------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ reaches the user, just without advice.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Collection, Iterable
 from typing import Final
 
@@ -18,13 +17,11 @@ from attrs import frozen
 from relax_gym_core.client.settings import ClientOptions
 from relax_gym_core.errors import ProtocolError
 from relax_gym_core.protocol import CreateTrialRequest, jsonutil
+from relax_gym_core.protocol.text import safe_text
 from relax_gym_core.protocol.types import split_http_url
 
-MAX_DETAIL_CHARS: Final = 300  # Relax surfaces only an 8 KiB tail of command.log; one line stays short
 MAX_VALUE_CHARS: Final = 80  # values of ours quoted in advice (environment names, hosts)
 MAX_ERROR_BODY_BYTES: Final = 1 << 20  # no gateway error answer is this large: not worth parsing
-REDACTED: Final = "[redacted]"
-_ELLIPSIS: Final = "..."
 
 TRANSIENT_CREATE: Final = frozenset({408, *range(500, 600)})
 
@@ -59,22 +56,6 @@ class _Rule:
             and (not self.ops or ctx.op in self.ops)
             and (ctx.detail or "").startswith(self.detail_prefix)
         )
-
-
-def safe_text(text: str, *, limit: int = MAX_DETAIL_CHARS, secrets: Iterable[str] = ()) -> str:
-    """`text` as one printable line of at most `limit` characters, with every secret masked.
-
-    Masking runs before truncation so a secret cannot survive as a cut-off prefix of itself. Control,
-    format (bidi overrides, zero-width) and unassigned characters become spaces: a gateway's words must
-    not rewrite the user's terminal or split the one-line error Relax shows.
-    """
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    text = "".join(" " if unicodedata.category(ch).startswith("C") else ch for ch in text)
-    text = " ".join(text.split())
-    if len(text) > limit:
-        text = text[: max(limit - len(_ELLIPSIS), 0)].rstrip() + _ELLIPSIS
-    return text
 
 
 def gateway_detail(body: bytes, *, secrets: Iterable[str] = ()) -> str | None:

@@ -44,8 +44,12 @@ def check_terminal(snapshot: TrialSnapshot) -> TrialSnapshot:
         raise RemoteTrialError(f"Remote trial was aborted{suffix}", snapshot=snapshot)
     if snapshot.status is TrialStatus.FAILED:
         # A cleanup failure keeps the original cause apart: it tells an agent error from a lost sandbox.
+        # An infrastructure failure's kind says which (judge_failed, masked:..., verifier_error); its reason,
+        # free text, stays in the snapshot and the gateway's log.
         cause = _safe_code(snapshot.error, "cause")
-        suffix = f" (cause '{cause}')" if cause else ""
+        kind = _safe_code(snapshot.error, "kind")
+        named = ", ".join(f"{name} '{value}'" for name, value in (("kind", kind), ("cause", cause)) if value)
+        suffix = f" ({named})" if named else ""
         raise RemoteTrialError(
             f"Remote trial failed with error code '{code or 'unknown'}'{suffix}", snapshot=snapshot
         )

@@ -2,7 +2,8 @@
 gauges read from the trial book when scraped (so nothing is counted twice and no gauge can drift).
 
 Labels are the environment and config of the gateway's own specs, the trial status, cleanup outcome,
-model-call resource and HTTP status code: all bounded. No request id, rollout id or token is ever a label.
+failure kind, model-call resource and HTTP status code: all bounded. No request id, rollout id or token is
+ever a label.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from relax_gym_core.trials import Admission, EnvKey
 CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 PHASE_BUCKETS = (0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400)
 _NO_TRIAL = ("none", "none")  # model calls that named no live trial
+MAX_FAILURE_KINDS = 64
 
 type EnvCounts = Callable[[EnvKey], tuple[int, int, int]]
 
@@ -116,6 +118,14 @@ class GatewayMetrics:
             [*env, "status"],
             registry=self.registry,
         )
+        self._failures = Counter(
+            "relax_gym_trial_failures",
+            "Trials that ended unscored (failed or aborted), by what ended them: an infrastructure failure's "
+            "kind (judge_failed, masked:<kind>, verifier_error, ...) or the error code",
+            [*env, "kind"],
+            registry=self.registry,
+        )
+        self._failure_kinds: set[str] = set()
         self._cleanups = Counter(
             "relax_gym_trial_cleanups",
             "Cleanup verdicts (confirmed, unverified, failed)",
@@ -179,8 +189,19 @@ class GatewayMetrics:
             self._created.labels(*env).inc()
         elif event.event is TrialEvent.TERMINAL:
             self._finished.labels(*env, event.status.value).inc()
+            if event.failure is not None:
+                self._failures.labels(*env, self._failure_label(event.failure)).inc()
         elif event.event is TrialEvent.SETTLED:
             self._cleanups.labels(*env, event.cleanup.value).inc()
+
+    def _failure_label(self, kind: str) -> str:
+        """Kinds are bounded names, but an environment names its own (masked:<kind>): past MAX_FAILURE_KINDS
+        distinct ones, the rest count as "other" (a label set must stay small)."""
+        if kind not in self._failure_kinds:
+            if len(self._failure_kinds) >= MAX_FAILURE_KINDS:
+                return "other"
+            self._failure_kinds.add(kind)
+        return kind
 
     def callback(self, outcome: CallbackOutcome) -> None:
         env = (outcome.environment, outcome.config) if outcome.environment else _NO_TRIAL

@@ -120,8 +120,11 @@ class EnvironmentDefinition:
 
     def map_result(self, body: dict[str, Any]) -> RunResult:
         """The agent's ``/run`` answer -> the trial's result. Raise ``EnvironmentFailure(kind=...)`` when
-        the answer shows an infrastructure failure: that must never become a reward of 0."""
-        return reference.map_result(body)
+        the answer shows an infrastructure failure: that must never become a reward of 0. The reference
+        (and reference.verified_answer / verified_result, which overrides build on) already raises it for a
+        failure the environment reports itself (reference.reported_failure: a failed judge, a masked
+        sample); an override that knows better decides for itself."""
+        return reference.map_result(body, self.name)
 
     def verifier_probes(self) -> Sequence[VerifierProbe]:
         """Known outputs for real rows and the reward the real verifier must give each (see probes.py)."""

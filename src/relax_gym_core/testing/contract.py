@@ -36,7 +36,7 @@ from relax_gym_core.plugin import (
 )
 from relax_gym_core.plugin.runs import RunResult
 from relax_gym_core.plugin.servers import ServerKind
-from relax_gym_core.protocol import ROLLOUT_INDEX, TASK_INDEX, Generation
+from relax_gym_core.protocol import ROLLOUT_ID, ROLLOUT_INDEX, TASK_INDEX, Generation
 from relax_gym_core.protocol.jsonutil import is_finite_json
 from relax_gym_core.runtimes.builtin import BUILTIN_RUNTIMES
 
@@ -215,6 +215,8 @@ def _round_trip_problems(
     indices = (body.get(TASK_INDEX), body.get(ROLLOUT_INDEX))
     if indices != (task_index, "0"):
         problems.append(f"{TASK_INDEX}/{ROLLOUT_INDEX} are {indices!r}, expected {(task_index, '0')!r}")
+    if body.get(ROLLOUT_ID) != f"{task_index}-0":  # NeMo Gym main reads it before the pair
+        problems.append(f"{ROLLOUT_ID} is {body.get(ROLLOUT_ID)!r}, expected {f'{task_index}-0'!r}")
     return problems
 
 
@@ -330,6 +332,7 @@ def check_result_mapping(
     body: Mapping[str, Any] | None = None,
     failure_bodies: Iterable[Mapping[str, Any]] = (),
     failure_kind: str | None = None,
+    reported_failures: bool = True,
 ) -> None:
     """map_result keeps real rewards and never turns a missing answer or an infrastructure failure into 0.
 
@@ -338,7 +341,9 @@ def check_result_mapping(
     empty body) the result must be reward None or an EnvironmentFailure. Every one of
     `failure_bodies` (answers the plugin recognises as infrastructure failures) must raise
     EnvironmentFailure with a kind: `failure_kind`, when given (e.g. "verifier_error" for answers the
-    verifier never scored, as testing.unscored_answers makes them).
+    verifier never scored, as testing.unscored_answers makes them). With `reported_failures`, `body` in each
+    shape NeMo Gym reports a failure in (reported_answers: a failed judge, a masked sample), whatever its
+    reward, must raise EnvironmentFailure of the kind that names it.
     """
     definition = hooks.environments.get(environment)
     base = copy.deepcopy(dict(body)) if body is not None else {"response": {"output": []}}
@@ -384,7 +389,49 @@ def check_result_mapping(
         elif failure_kind is not None and outcome.kind != failure_kind:
             raised = f"EnvironmentFailure({outcome.kind!r})"
             problems.append(f"failure_bodies[{index}] raised {raised}, not kind {failure_kind!r}")
+    if reported_failures:
+        _check_reported(definition, base, problems)
     _fail_if(problems, f"environment {environment!r}: result mapping contract broken")
+
+
+def _check_reported(definition: EnvironmentDefinition, base: dict[str, Any], problems: list[str]) -> None:
+    for label, (kind, candidate) in reported_answers(base).items():
+        what = f"a body with {label}"
+        outcome = _mapped(definition, candidate, what, problems, f"raise kind {kind!r}")
+        if isinstance(outcome, RunResult):
+            problems.append(
+                f"{what} mapped to reward {outcome.reward!r}: the environment says it could not score it "
+                "(build on reference.verified_answer or reference.map_result)"
+            )
+        elif isinstance(outcome, EnvironmentFailure) and outcome.kind != kind:
+            problems.append(f"{what} raised EnvironmentFailure({outcome.kind!r}), not {kind!r}")
+
+
+def reported_answers(body: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """A scored answer `body` as NeMo Gym says it could not score it, by label: (the kind it must end as,
+    the answer). A failed judge (v0.5.0+'s judge_failsafe: HTTP 200, reward 0.0), a sample masked at the top
+    level with its kind and reason (0.7.0) and one masked in its instance config (swe_agents), each with a
+    reward of 1.0 and 0.0 where the environment could give either."""
+    answers: dict[str, tuple[str, dict[str, Any]]] = {}
+    for reward in (1.0, 0.0):
+        shapes: dict[str, tuple[str, dict[str, Any]]] = {
+            "a failed judge": (
+                "judge_failed",
+                {"_ng_failure_class": "judge_failed", "_ng_failure_judge_error": "JudgeError: HTTP 500"},
+            ),
+            "mask_sample and failure_kind": (
+                "masked:agent_timeout",
+                {"mask_sample": True, "failure_kind": "agent_timeout", "failure_reason": "ran out of time"},
+            ),
+            "instance_config.mask_sample": ("masked", {"instance_config": {"mask_sample": True}}),
+            "a failure_kind alone": ("masked:sandbox_lost", {"failure_kind": "sandbox_lost"}),
+        }
+        for label, (kind, fields) in shapes.items():
+            answers[f"{label}, reward {reward}"] = (
+                kind,
+                {**copy.deepcopy(dict(body)), "reward": reward, **fields},
+            )
+    return answers
 
 
 # ---- verifier probes -------------------------------------------------------------------------------------

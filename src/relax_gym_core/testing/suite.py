@@ -41,6 +41,9 @@ class EnvironmentContract:
     result_body: ClassVar[Mapping[str, Any] | None] = None  # a normal /run answer (default: empty output)
     failure_bodies: ClassVar[Sequence[Mapping[str, Any]]] = ()  # answers that are infrastructure failures
     failure_kind: ClassVar[str | None] = None  # the kind each of them must raise (e.g. "verifier_error")
+    # NeMo Gym's own "could not score" answers (a failed judge, a masked sample) must end failed by name;
+    # False only for an environment that knows better (its map_result decides for itself).
+    reported_failures: ClassVar[bool] = True
     require_contrast: ClassVar[bool] = True  # probes must expect at least two different rewards
 
     def rows(self) -> Sequence[Mapping[str, Any]]:
@@ -66,6 +69,7 @@ class EnvironmentContract:
             body=self.result_body,
             failure_bodies=self.failure_bodies,
             failure_kind=self.failure_kind,
+            reported_failures=self.reported_failures,
         )
 
     def test_probes(self, relax_gym_hooks: Hooks, relax_gym_verifier: Callable[..., Any]) -> None:

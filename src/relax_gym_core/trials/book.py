@@ -261,12 +261,15 @@ class TrialBook:
         self._to_terminal(trial)
         return True
 
-    def begin_cancel(self, request_id: str, cause: Cause, *, detail: str | None = None) -> Cancel:
+    def begin_cancel(
+        self, request_id: str, cause: Cause, *, detail: str | None = None, reason: str | None = None
+    ) -> Cancel:
         trial = self._store.get(request_id)
         if trial is None or trial.phase is not Phase.ACTIVE:
             return Cancel.IGNORED
         trial.cause = cause
         trial.detail = detail
+        trial.reason = reason
         self._live.revoke(trial.rollout_id)
         self._timers.disarm(request_id)
         line = self._admissions[trial.env]
@@ -305,6 +308,8 @@ class TrialBook:
                 trial.error = {"code": code, "type": "CleanupError", "cause": cause.value}
             if trial.detail is not None:  # the infrastructure failure's kind, whatever the cleanup verdict
                 trial.error["kind"] = trial.detail
+            if trial.reason is not None:
+                trial.error["reason"] = trial.reason
             self._to_terminal(trial)
         self._settle(trial, state)
         return True

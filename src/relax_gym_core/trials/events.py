@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from relax_gym_core.observe import Observers, Transition, TrialEvent
+from relax_gym_core.protocol import TrialStatus
 from relax_gym_core.trials.records import Trial
 
 type Clock = Callable[[], float]
@@ -12,6 +13,16 @@ type Emit = Callable[[TrialEvent, Trial], None]
 
 
 def _ignore(_event: TrialEvent, _trial: Trial) -> None:
+    return None
+
+
+def _failure(trial: Trial) -> str | None:
+    if trial.status in (TrialStatus.COMPLETED, TrialStatus.TRUNCATED) or not trial.error:
+        return None
+    for key in ("kind", "code"):
+        value = trial.error.get(key)
+        if isinstance(value, str) and value:
+            return value
     return None
 
 
@@ -39,6 +50,7 @@ def transition_emitter(clock: Clock, observers: Observers | None) -> Emit:
                 age_s=now - trial.created_at,
                 previous=previous,
                 phase_s=now - since,
+                failure=_failure(trial) if event is TrialEvent.TERMINAL else None,
             )
         )
 

@@ -59,6 +59,9 @@ class Trial:
     phase: Phase = Phase.ACTIVE
     cause: Cause | None = None
     detail: str | None = None  # e.g. the infrastructure failure kind behind an agent_error
+    # ...and the environment's own reason for it, if it gave one (bounded, no secret): in the error once
+    # final, so not a ledger column of its own.
+    reason: str | None = None
     holds_slot: bool = False
     reward: float | dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None

@@ -27,6 +27,7 @@ from relax_gym_core.plugin.runs import (
     Trajectory,
 )
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
+from relax_gym_core.protocol.text import safe_text
 from relax_gym_core.trajectories import Recorder, TrajectoryStore, trajectory_path
 from relax_gym_core.trials.book import Cancel, TrialBook
 from relax_gym_core.trials.callbacks import CallbackScope
@@ -349,16 +350,32 @@ class TrialService:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            logger.exception(
-                "trial run failed request_id=%s environment=%s config=%s",
-                request_id,
-                trial.env[0],
-                trial.env[1],
-            )
-            self._supervisors.pop(request_id, None)
             # An EnvironmentFailure names its kind: an infrastructure failure, reported, never a reward of 0.
-            detail = exc.kind if isinstance(exc, EnvironmentFailure) else None
-            self._after_cancel(trial, self.book.begin_cancel(request_id, Cause.AGENT_ERROR, detail=detail))
+            failure = exc if isinstance(exc, EnvironmentFailure) else None
+            where = (request_id, trial.env[0], trial.env[1])
+            # The environment's reason may quote a URL of the run's (/ng-rollout/<rollout id>/...): masked.
+            reason = (
+                None
+                if failure is None or not failure.reason
+                else safe_text(failure.reason, secrets=(trial.rollout_id,)) or None
+            )
+            if failure is None:
+                logger.exception("trial run failed request_id=%s environment=%s config=%s", *where)
+            else:
+                logger.warning(
+                    "trial run failed request_id=%s environment=%s config=%s kind=%s reason=%s",
+                    *where,
+                    failure.kind,
+                    reason,
+                )
+            self._supervisors.pop(request_id, None)
+            cancel = self.book.begin_cancel(
+                request_id,
+                Cause.AGENT_ERROR,
+                detail=None if failure is None else failure.kind,
+                reason=reason,
+            )
+            self._after_cancel(trial, cancel)
             return
         # The environment's own artifact comes first; else the trajectory is the trial's artifact.
         artifact_ref = trajectory_path(request_id) if self.trajectories is not None else None
