@@ -25,6 +25,12 @@ from .conftest import AGENT_KEY, BridgeGateway
         ("/ng-rollout/abc-0/v1/chat/completions", ("abc-0", "chat/completions")),
         ("/ng-rollout/abc-0/v1/responses", ("abc-0", "responses")),
         ("/ng-rollout/abc-0/v1/messages", ("abc-0", "messages")),
+        ("/ng-rollout/abc-0/training-token-capture/v1/responses", ("abc-0", "responses")),  # NeMo Gym main
+        (
+            "/ng-rollout/abc-0-a2/v1/responses",
+            ("abc-0-a2", "responses"),
+        ),  # an attempt: the bridge resolves it
+        ("/ng-rollout/abc-0/training-token-capture/training-token-capture/v1/responses", None),
         ("/v1/chat/completions", (None, "chat/completions")),
         ("/v1/responses", (None, "responses")),
         ("/v1/messages", (None, "messages")),
@@ -57,7 +63,7 @@ def test_fast_path_and_router_agree(gateway: BridgeGateway) -> None:
             assert concrete.endswith("/v1/" + resource)
             assert rollout_id == ("r-1" if "{rollout_id}" in route.path else None)
             taken.append(route.path)
-    assert len(taken) == 2 * len(RESOURCES)
+    assert len(taken) == 3 * len(RESOURCES)  # /ng-rollout/<id>, with training token capture, unprefixed
 
 
 def test_other_methods_still_reach_the_router(gateway: BridgeGateway) -> None:

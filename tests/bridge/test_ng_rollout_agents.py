@@ -44,11 +44,16 @@ class NemoGymAgent:
 
     async def run(self, request: Request) -> JSONResponse:
         body = await request.json()
-        rollout_id = f"{body['_ng_task_index']}-{body['_ng_rollout_index']}"  # as NeMo Gym joins them
+        rollout_id = (
+            f"{body['_ng_task_index']}-{body['_ng_rollout_index']}"  # as NeMo Gym <= 0.5.0 joins them
+        )
+        assert body["_ng_rollout_id"] == rollout_id  # NeMo Gym main's explicit id: the same
         self.rollout_ids.append(rollout_id)
         params = body["responses_create_params"]
-        prefixed = body["style"] == "prefixed"
+        prefixed = body["style"] != "tagged"
         base = f"{self.gateway}/ng-rollout/{rollout_id}" if prefixed else self.gateway
+        if body["style"] == "attempt":  # main: a re-dispatched attempt (-a<n>) with training token capture
+            base = f"{self.gateway}/ng-rollout/{body['_ng_rollout_id']}-a2/training-token-capture"
         tag = {} if prefixed else {"metadata": params["metadata"]}  # what 0.4.0's simple_agent resends
         answers: list[str] = []
         if prefixed:
@@ -137,7 +142,7 @@ def test_prefixed_and_tagged_agents_reach_their_trial_identically(
     tagged = trial(gateway, policy, "tagged")
     for done in (prefixed, tagged):
         assert (done["snapshot"]["status"], done["snapshot"]["reward"]) == ("completed", 1.0)
-    assert agent.hello == [200]  # Claude Code's probe of its base URL, under the trial's prefix
+    assert agent.hello[-1:] == [200]  # Claude Code's probe of its base URL, under the trial's prefix
     via_prefix, via_tag = forwarded(policy, prefixed["token"]), forwarded(policy, tagged["token"])
     assert [resource for resource, _path, _body in via_prefix] == list(ANSWERS)
     # The same upstream paths and bodies: model alias forced, sampling overlaid, no tag, no agent key.
@@ -145,6 +150,22 @@ def test_prefixed_and_tagged_agents_reach_their_trial_identically(
     for _resource, _path, sent in via_prefix:
         assert sent["model"] == "policy-alias" and sent["temperature"] == 0.0
         assert "relax_gym_rollout" not in str(sent)
+
+
+def test_an_attempt_with_training_token_capture_reaches_its_trial(
+    stack: tuple[GatewayProcess, PolicyByToken, NemoGymAgent],
+) -> None:
+    """NeMo Gym main calls models at /ng-rollout/<id>-a<n>/training-token-capture/v1/... for a re-dispatched
+    attempt with token capture on: the same trial's calls, forwarded as any other."""
+    gateway, policy, agent = stack
+    attempt = trial(gateway, policy, "attempt")
+    tagged = trial(gateway, policy, "tagged")
+    assert (attempt["snapshot"]["status"], attempt["snapshot"]["reward"]) == ("completed", 1.0)
+    assert agent.hello[-1:] == [200]
+    assert forwarded(policy, attempt["token"]) == forwarded(policy, tagged["token"])
+    with httpx.Client(base_url=gateway.url, trust_env=False, timeout=SAFETY_S) as http:
+        late = http.post(f"/ng-rollout/{agent.rollout_ids[-2]}-a2/v1/responses", json={"model": "m"})
+        assert late.status_code == 410  # the attempt's trial is over: refused like its own id
 
 
 def test_a_prefixed_call_of_a_finished_trial_is_refused(

@@ -356,6 +356,7 @@ def test_a_registered_environment_behaves_as_its_object_and_any_other_as_the_ref
     assert body == {
         "responses_create_params": {"input": []},
         "id": 1,
+        "_ng_rollout_id": "t-0",
         "_ng_task_index": "t",
         "_ng_rollout_index": "0",
     }

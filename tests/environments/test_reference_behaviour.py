@@ -153,7 +153,7 @@ def test_r2e_run_body_restores_the_empty_agent_input() -> None:
 
 def test_raw_row_task_passes_through_with_indices() -> None:
     body = build_run_body(task=copy.deepcopy(WORKPLACE_ROW), generation=Generation(), rollout_id="t-1")
-    assert body == {**WORKPLACE_ROW, "_ng_task_index": "t", "_ng_rollout_index": "1"}
+    assert body == {**WORKPLACE_ROW, "_ng_rollout_id": "t-1", "_ng_task_index": "t", "_ng_rollout_index": "1"}
 
 
 @pytest.mark.parametrize(

@@ -19,13 +19,17 @@ from relax_gym_core import ingym, protocol
 from relax_gym_core.ingym import CLEANUP_PATH, CleanedRollouts, rollout_id_of
 from relax_gym_core.protocol import (
     BRIDGE_PREFIX,
+    ROLLOUT_ID,
     ROLLOUT_INDEX,
     ROLLOUT_TAG,
     TASK_INDEX,
+    TOKEN_CAPTURE_SEGMENT,
+    attempt_of,
     bridge_url,
     run_indices,
     tag_of,
 )
+from relax_gym_core.protocol.bridge import model_call_route
 
 ROOT = Path(__file__).resolve().parents[2]
 WIRE = {
@@ -35,17 +39,32 @@ WIRE = {
     "TASK_INDEX": "_ng_task_index",
     "ROLLOUT_INDEX": "_ng_rollout_index",
     "CLEANUP_PATH": "/cleanup/{rollout_id}",
+    # NeMo Gym main's (global_config.py: ROLLOUT_ID_KEY_NAME, ATTEMPT_INDEX_KEY_NAME; config_types.py:
+    # TOKEN_CAPTURE_PATH_SEGMENT).
+    "ROLLOUT_ID": "_ng_rollout_id",
+    "ATTEMPT_INDEX": "_ng_attempt_index",
+    "TOKEN_CAPTURE_SEGMENT": "training-token-capture",
 }
 SPELLED_HERE = "src/relax_gym_core/ingym/__init__.py"
 
 
 def test_the_wire_names_are_exactly_these() -> None:
     assert {name: getattr(ingym, name) for name in WIRE} == WIRE
-    assert tuple(WIRE.values()) == (BRIDGE_PREFIX, ROLLOUT_TAG, TASK_INDEX, ROLLOUT_INDEX, CLEANUP_PATH)
+    assert tuple(WIRE.values())[:5] == (BRIDGE_PREFIX, ROLLOUT_TAG, TASK_INDEX, ROLLOUT_INDEX, CLEANUP_PATH)
+    assert (WIRE["ROLLOUT_ID"], WIRE["TOKEN_CAPTURE_SEGMENT"]) == (ROLLOUT_ID, TOKEN_CAPTURE_SEGMENT)
 
 
 def test_the_protocol_re_exports_the_names_and_tag_of_of_ingym() -> None:
-    for name in ("BRIDGE_PREFIX", "ROLLOUT_TAG", "TASK_INDEX", "ROLLOUT_INDEX", "tag_of"):
+    names = (
+        "BRIDGE_PREFIX",
+        "ROLLOUT_TAG",
+        "TASK_INDEX",
+        "ROLLOUT_INDEX",
+        "ROLLOUT_ID",
+        "tag_of",
+        "attempt_of",
+    )
+    for name in (*names, "TOKEN_CAPTURE_SEGMENT"):
         assert getattr(protocol, name) is getattr(ingym, name), name
     assert not hasattr(protocol, "rollout_id_of")  # the /run body's id is ingym's (servers read it)
 
@@ -98,11 +117,48 @@ def test_tag_of_params_without_metadata_is_none(params: Any) -> None:
 
 @pytest.mark.parametrize("rollout_id", ["0123456789abcdef0123456789abcdef-0", "task-7-3", "a-b"])
 def test_the_run_indices_join_back_to_the_rollout_id_as_nemo_gym_joins_them(rollout_id: str) -> None:
-    # NeMo Gym >= 0.5 (maybe_rollout_id_from_run_body): f"{task}-{rollout}" from the /run body's two keys.
+    # NeMo Gym main (maybe_rollout_id_from_run_body): the explicit _ng_rollout_id; v0.5.0 and the commit Relax
+    # pins: f"{task}-{rollout}" from the /run body's two keys.
     indices = run_indices(rollout_id)
-    assert set(indices) == {"_ng_task_index", "_ng_rollout_index"}
+    assert set(indices) == {"_ng_rollout_id", "_ng_task_index", "_ng_rollout_index"}
+    assert indices["_ng_rollout_id"] == rollout_id
     assert f"{indices['_ng_task_index']}-{indices['_ng_rollout_index']}" == rollout_id
     assert rollout_id_of({"responses_create_params": {"input": []}, **indices}) == rollout_id
+    pair = {key: value for key, value in indices.items() if key != ROLLOUT_ID}
+    assert rollout_id_of({"responses_create_params": {"input": []}, **pair}) == rollout_id
+
+
+@pytest.mark.parametrize(
+    ("rollout_id", "names"),
+    [
+        ("abc-0-a1", "abc-0"),
+        ("abc-0-a12", "abc-0"),
+        ("abc-0", None),
+        ("abc-0-a0", None),  # attempt 0 has no suffix
+        ("abc-0-a", None),
+        ("abc-0-ax", None),
+        ("-a1", None),
+        ("abc-0-a1\u0661", None),  # digits are ASCII digits
+    ],
+)
+def test_an_attempt_suffix_names_its_rollout(rollout_id: str, names: str | None) -> None:
+    assert attempt_of(rollout_id.encode().decode("unicode_escape")) == names
+
+
+@pytest.mark.parametrize(
+    ("path", "route"),
+    [
+        ("/ng-rollout/abc-0/v1/responses", ("abc-0", "v1/responses")),
+        ("/ng-rollout/abc-0/training-token-capture/v1/messages", ("abc-0", "v1/messages")),
+        ("/ng-rollout/abc-0-a2/v1/chat/completions", ("abc-0-a2", "v1/chat/completions")),
+        ("/ng-rollout//v1/responses", None),
+        ("/v1/responses", None),
+    ],
+)
+def test_a_prefixed_model_call_names_its_rollout_with_or_without_token_capture(
+    path: str, route: tuple[str, str] | None
+) -> None:
+    assert model_call_route(path) == route
 
 
 TAGGED = {"input": [], "metadata": {ROLLOUT_TAG: "tag-1"}}
@@ -117,6 +173,9 @@ TAGGED = {"input": [], "metadata": {ROLLOUT_TAG: "tag-1"}}
             "t-2",
         ),  # indices win
         ({TASK_INDEX: 5, ROLLOUT_INDEX: 0}, None, "5-0"),  # NeMo Gym's own collection numbers them
+        ({ROLLOUT_ID: "explicit", TASK_INDEX: "t", ROLLOUT_INDEX: "2"}, None, "explicit"),  # main: it wins
+        ({ROLLOUT_ID: "", TASK_INDEX: "t", ROLLOUT_INDEX: "2"}, None, "t-2"),
+        ({ROLLOUT_ID: 7, TASK_INDEX: "t", ROLLOUT_INDEX: "2"}, None, "t-2"),
         ({TASK_INDEX: "t", "responses_create_params": TAGGED}, None, "tag-1"),  # one index: the tag
         ({TASK_INDEX: "", ROLLOUT_INDEX: "0", "responses_create_params": TAGGED}, None, "tag-1"),
         ({TASK_INDEX: True, ROLLOUT_INDEX: False, "responses_create_params": TAGGED}, None, "tag-1"),

@@ -15,6 +15,7 @@ before the body is read when the path carries it, and before the body is parsed 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -45,7 +46,8 @@ from relax_gym_core.errors import (
     UpstreamError,
 )
 from relax_gym_core.observe import CallbackOutcome, Observers
-from relax_gym_core.protocol import BRIDGE_PREFIX, jsonutil
+from relax_gym_core.protocol import BRIDGE_PREFIX, TOKEN_CAPTURE_SEGMENT, attempt_of, jsonutil
+from relax_gym_core.protocol.bridge import model_call_route
 from relax_gym_core.trajectories import Recorder
 from relax_gym_core.trials import CallbackTarget, Trial, TrialService
 from relax_gym_core.web import error_response, json_response, status_for
@@ -99,9 +101,9 @@ _MODEL_PATHS = {f"v1/{resource}": resource for resource in RESOURCES}
 def match_model_call(path: str) -> tuple[str | None, str] | None:
     """(rollout_id or None, resource) for a model-call path, else None: the routes in Bridge.routes()."""
     if path.startswith(BRIDGE_PREFIX):
-        rollout_id, _, tail = path[len(BRIDGE_PREFIX) :].partition("/")
-        resource = _MODEL_PATHS.get(tail)
-        return (rollout_id, resource) if rollout_id and resource else None
+        route = model_call_route(path)
+        resource = _MODEL_PATHS.get(route[1]) if route is not None else None
+        return (route[0], resource) if route is not None and resource else None
     resource = _MODEL_PATHS.get(path[1:])
     return (None, resource) if resource else None
 
@@ -182,11 +184,14 @@ class Bridge:
     def routes(self) -> list[Route]:
         """The bridge's paths, for Starlette's router. The gateway answers POSTs to them before routing
         (gateway/app.py, with __call__), so the router's part is the rest: 405 for other methods."""
-        prefixed = f"{BRIDGE_PREFIX}{{rollout_id}}"
-        routes = [Route(f"{prefixed}/api/hello", self.hello, methods=["GET", "HEAD"])]
-        for resource in RESOURCES:
-            routes.append(Route(f"{prefixed}/v1/{resource}", self, methods=["POST"]))
-            routes.append(Route(f"/v1/{resource}", self, methods=["POST"]))
+        routes = []
+        for prefixed in (
+            f"{BRIDGE_PREFIX}{{rollout_id}}",
+            f"{BRIDGE_PREFIX}{{rollout_id}}/{TOKEN_CAPTURE_SEGMENT}",
+        ):
+            routes.append(Route(f"{prefixed}/api/hello", self.hello, methods=["GET", "HEAD"]))
+            routes += [Route(f"{prefixed}/v1/{resource}", self, methods=["POST"]) for resource in RESOURCES]
+        routes += [Route(f"/v1/{resource}", self, methods=["POST"]) for resource in RESOURCES]
         return routes
 
     async def hello(self, _request: Request) -> Response:
@@ -223,11 +228,16 @@ class Bridge:
             return error_response(exc)
 
     def _live(self, rollout_id: str, resource: str) -> Trial:
-        """The active trial of a live rollout id: looked up once per call (the trial is passed on), else
-        RolloutUnavailableError, observed like a refused call."""
+        """The active trial of a live rollout id (or of the id a re-dispatched attempt's ``<id>-a<n>``
+        names): looked up once per call (the trial is passed on), else RolloutUnavailableError, observed
+        like a refused call."""
         try:
             return self._service.live(rollout_id)
         except RolloutUnavailableError as exc:
+            base = attempt_of(rollout_id)
+            if base is not None:
+                with contextlib.suppress(RolloutUnavailableError):
+                    return self._service.live(base)
             raise self._unavailable(resource, exc) from None
 
     def _unavailable(

@@ -2,8 +2,9 @@
 names and the cleanup protocol, in the standard library only (that environment has NeMo Gym's
 dependencies, not the core's; relax_gym_core.protocol re-uses these names, so they are spelled once).
 
-A trial's rollout id comes in the /run body as _ng_task_index/_ng_rollout_index (NeMo Gym joins them as
-``f"{task}-{rollout}"``), and also as the tag in ``responses_create_params.metadata``. A stateful server
+A trial's rollout id comes in the /run body as _ng_rollout_id (NeMo Gym main's explicit id), as
+_ng_task_index/_ng_rollout_index (older NeMo Gyms join them as ``f"{task}-{rollout}"``), and also as the tag
+in ``responses_create_params.metadata``. A stateful server
 keys what a trial holds by it and proves its release at CLEANUP_PATH: ``POST`` releases everything the
 rollout holds (and refuses to start it afterwards: CleanedRollouts remembers it), ``GET`` answers
 ``{"rollout_id": ..., "clean": true|false}``, checked now. A server that releases a rollout as its run ends
@@ -21,6 +22,11 @@ BRIDGE_PREFIX: Final = "/ng-rollout/"  # the per-trial model-call prefix (NeMo G
 ROLLOUT_TAG: Final = "relax_gym_rollout"  # the metadata key holding a trial's rollout id
 TASK_INDEX: Final = "_ng_task_index"  # NeMo Gym's /run body keys; the rollout id is "<task>-<rollout>"
 ROLLOUT_INDEX: Final = "_ng_rollout_index"
+ROLLOUT_ID: Final = "_ng_rollout_id"  # NeMo Gym main (#2124): the explicit id, which wins over the pair
+# NeMo Gym >= 0.5 appends "-a<n>" to the id of a re-dispatched attempt (_ng_attempt_index > 0), and agents
+# with training token capture call models under "/ng-rollout/<id>/training-token-capture/v1/...".
+ATTEMPT_INDEX: Final = "_ng_attempt_index"
+TOKEN_CAPTURE_SEGMENT: Final = "training-token-capture"  # noqa: S105 - a path segment, not a secret
 CLEANUP_PATH: Final = "/cleanup/{rollout_id}"  # POST: release; GET: {"rollout_id", "clean"}
 RELEASED_KEY: Final = "relax_gym_released"  # in a verify answer's params metadata: the rollout id left clean
 
@@ -41,13 +47,23 @@ def tag_of(params: Any) -> str | None:
 
 def rollout_id_of(fields: Mapping[str, Any] | None, params: Any = None) -> str | None:
     """The rollout id a /run body (or what an agent forwards of it) carries, or None (e.g. a plain NeMo
-    Gym rollout collection): its indices joined as NeMo Gym joins them, else the tag in `params` (default:
-    the body's own ``responses_create_params``)."""
+    Gym rollout collection): its explicit _ng_rollout_id, else its indices joined as NeMo Gym joins them,
+    else the tag in `params` (default: the body's own ``responses_create_params``)."""
     fields = fields or {}
+    explicit = fields.get(ROLLOUT_ID)
+    if isinstance(explicit, str) and explicit:
+        return explicit
     task, rollout = _index(fields.get(TASK_INDEX)), _index(fields.get(ROLLOUT_INDEX))
     if task is not None and rollout is not None:
         return f"{task}-{rollout}"
     return tag_of(fields.get("responses_create_params") if params is None else params)
+
+
+def attempt_of(rollout_id: str) -> str | None:
+    """The rollout id an attempt's id names (``<id>-a<n>``, n >= 1, as NeMo Gym >= 0.5 suffixes a
+    re-dispatched attempt), else None."""
+    base, dash, attempt = rollout_id.rpartition("-a")
+    return base if dash and base and attempt.isdigit() and attempt.isascii() and int(attempt) > 0 else None
 
 
 def mark_released(params: Any, rollout_id: str) -> None:
