@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 PYENV_ROOT ?= $(shell pyenv root 2>/dev/null || echo $$HOME/.pyenv)
 PYTHON312 ?= $(PYENV_ROOT)/versions/3.12.1/bin/python3.12
+# NeMo Gym >= 0.5 asks for Python >= 3.13.14: a source tree that does gets its environment on this one.
+PYTHON313 ?= $(PYENV_ROOT)/versions/3.13.0/bin/python3.13
 UV_VERSION := 0.13.8
 TOOLS := .tools
 UV := $(TOOLS)/bin/uv
@@ -41,9 +43,15 @@ $(VENV)/.synced: $(UV) pyproject.toml uv.lock $(wildcard plugins/*/pyproject.tom
 	$(UV) sync --python "$(PYTHON312)" --all-extras --all-packages --locked
 	@touch $@
 
+# The NeMo Gym environment is made anew when it is of another Python minor than $(1) (a 3.13 tree's, then the lock's).
+minor = "$(1)" -c 'import sys; print("%d.%d" % sys.version_info[:2])'
+fresh_venv = if [ -x $(GYM_VENV)/bin/python ] && [ "$$($(call minor,$(GYM_VENV)/bin/python))" != "$$($(call minor,$(1)))" ]; \
+	then echo "$(GYM_VENV) is of another Python than $(1): made anew"; rm -rf $(GYM_VENV); fi
+
 # One sync: the lock's pins plus our packages, editable (sync installs exactly these, no dependencies), so
 # nothing goes missing meanwhile for a test run using the environment.
 $(GYM_VENV)/.synced: $(UV) nemo-gym/requirements.txt pyproject.toml $(wildcard plugins/*/pyproject.toml)
+	@$(call fresh_venv,$(PYTHON312))
 	test -x $(GYM_VENV)/bin/python || $(UV) venv --quiet --python "$(PYTHON312)" $(GYM_VENV)
 	$(UV) pip sync --quiet --python $(GYM_VENV)/bin/python --no-sources nemo-gym/requirements.txt \
 		<(printf -- '-e %s\n' $(abspath . $(PLUGINS)))
@@ -63,12 +71,21 @@ GYM_STAMP := $(GYM_VENV)/.source
 .PHONY: $(GYM_STAMP)
 endif
 
+# The tree says which Python it needs (requires-python): its floor picks the interpreter (3.12, or PYTHON313 from
+# 3.13 on) and is the floor dependencies resolve for, so a 3.13.0 here installs what asks for 3.13.14 (say so: a
+# real 3.13.14+ is what NeMo Gym asks for). An environment of another Python is made anew.
+GYM_FLOOR = $(shell "$(PYTHON312)" -c 'import re, sys, tomllib; spec = tomllib.load(open(sys.argv[1], "rb"))["project"].get("requires-python", ""); m = re.search(r">=\s*([0-9.]+)", spec); print(m.group(1) if m else "3.12")' "$(NEMO_GYM_SOURCE)/pyproject.toml" 2>/dev/null)
+GYM_PYTHON = $(if $(filter 3.12 3.12.%,$(GYM_FLOOR)),$(PYTHON312),$(PYTHON313))
+
 $(GYM_VENV)/.source: $(UV)
 	@test -f "$(NEMO_GYM_SOURCE)/pyproject.toml" && test -d "$(NEMO_GYM_SOURCE)/nemo_gym" || \
 		{ echo "NEMO_GYM_SOURCE=$(NEMO_GYM_SOURCE) is not a NeMo Gym source tree (no pyproject.toml and nemo_gym/)" >&2; exit 2; }
-	test -x $(GYM_VENV)/bin/python || $(UV) venv --quiet --python "$(PYTHON312)" $(GYM_VENV)
+	@test -x "$(GYM_PYTHON)" || { echo "NeMo Gym at $(NEMO_GYM_SOURCE) needs Python >= $(GYM_FLOOR): none at $(GYM_PYTHON); set PYTHON313=/path/to/python3.13" >&2; exit 1; }
+	@$(call fresh_venv,$(GYM_PYTHON))
+	test -x $(GYM_VENV)/bin/python || $(UV) venv --quiet --python "$(GYM_PYTHON)" $(GYM_VENV)
 	mkdir -p "$(NEMO_GYM_SOURCE)/cache"  # its pyproject writes its egg-info there (egg_base = "cache")
-	$(UV) pip install --quiet --python $(GYM_VENV)/bin/python --config-settings editable_mode=compat \
+	$(UV) pip install --quiet --python $(GYM_VENV)/bin/python --python-version $(GYM_FLOOR) \
+		--config-settings editable_mode=compat \
 		-e "$(abspath $(NEMO_GYM_SOURCE))" $(foreach f,$(GYM_EXTRAS),-r $(f))
 	$(UV) pip install --quiet --python $(GYM_VENV)/bin/python --no-deps --no-sources \
 		$(foreach p,$(abspath . $(PLUGINS)),-e $(p))
