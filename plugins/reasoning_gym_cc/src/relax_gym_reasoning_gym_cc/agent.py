@@ -10,8 +10,11 @@ instruction, stream-json parsing, /verify and the settings layering stay upstrea
   ``<gateway>/ng-rollout/<_ng_task_index>-<_ng_rollout_index>`` (the CLI appends /v1/messages; the rollout
   id rides in the path because the CLI cannot tag a body), as NeMo Gym >= 0.5's claude_code_agent sets
   ANTHROPIC_BASE_URL with observability on (here whatever the NeMo Gym version and its observability);
-- the methods it overrides take what both NeMo Gym 0.4.0 and >= 0.5 pass them (>= 0.5 adds a
-  ``rollout_id`` argument to ``_run_claude_code``, accepted and checked against the run's own);
+- the methods it overrides take what every NeMo Gym passes them and answer in the shape it expects:
+  ``_run_claude_code`` gets a ``rollout_id`` from the commit Relax pins on (accepted and checked against the
+  run's own), and from v0.5.0 an ``observation_collector`` (called on the CLI's config directory before it
+  is removed) and must answer the parsed output with the run's metadata instead of the raw stdout
+  (PARSED_ANSWER, read from the installed class's signature);
 - Bash runs in a bubblewrap sandbox (sandbox.py); without one the agent refuses to start, unless
   RELAX_GYM_CC_UNSANDBOXED=1, and then GET / says "unsandboxed";
 - the process group is killed on the agent's timeout, on abort and when the run ends, the directories
@@ -24,11 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import json
 import logging
 import shutil
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +50,7 @@ from responses_api_agents.claude_code_agent.app import (
     ClaudeCodeAgentConfig,
     ClaudeCodeAgentRunRequest,
     ClaudeCodeAgentVerifyResponse,
+    parse_stream_json,
 )
 
 from relax_gym_reasoning_gym_cc import claude, trials
@@ -59,6 +66,45 @@ LOG = logging.getLogger("relax_gym.reasoning_gym_cc")
 
 TRIALS_PATH = "/relax_gym/trials"
 _CLEANED_KEPT = 65536  # rollout ids remembered as cleaned (a later /run for one is refused)
+# NeMo Gym >= 0.5.0's claude_code_agent parses the CLI's output inside _run_claude_code and answers
+# (output items, model, run metadata), its observations collected from the CLI's config directory; before,
+# it answered (stdout, model) and its caller parsed.
+PARSED_ANSWER = "observation_collector" in inspect.signature(ClaudeCodeAgent._run_claude_code).parameters
+
+type Collector = Callable[[Path, dict[str, Any]], None]
+
+
+@dataclass
+class _CliRun:
+    """What one CLI run left: its stream-json stdout, exit code (None: it never ran or was killed on the
+    timeout), whether it timed out, and how long it took."""
+
+    stdout: str = ""
+    returncode: int | None = None
+    timed_out: bool = False
+    seconds: float = 0.0
+
+    def run_metadata(self) -> tuple[list[Any], dict[str, Any]]:
+        """NeMo Gym >= 0.5's view of it: the parsed output, and the run's metadata with its status
+        (completed, incomplete, failed) and error type, as upstream's claude_code_agent reports them."""
+        items, metadata = parse_stream_json(self.stdout)
+        metadata.setdefault("duration_ms", self.seconds * 1000)
+        subtype = metadata.get("subtype")
+        status, error = "incomplete", "result_missing"
+        if self.timed_out:
+            status, error, items = "incomplete", "timeout", []
+        elif subtype == "error_max_turns":
+            status, error = "incomplete", subtype
+        elif metadata.get("is_error") is True or (isinstance(subtype, str) and subtype.startswith("error_")):
+            status, error = "failed", subtype if isinstance(subtype, str) else "agent_error"
+        elif self.returncode not in (0, None):
+            status, error = "failed", f"process_exit_{self.returncode}"
+        elif subtype == "success":
+            status, error = "completed", ""
+        metadata["status"] = status
+        if error:
+            metadata["error_type"] = error
+        return items, metadata
 
 
 @dataclass
@@ -230,19 +276,46 @@ class SandboxedClaudeCodeAgent(ClaudeCodeAgent):  # type: ignore[misc]
             environment["SHELL"] = str(shell)
         return environment
 
-    async def _run_claude_code(
+    async def _run_claude_code(  # noqa: PLR0917 - upstream's signature
         self,
         instruction: str,
         system_prompt: str | None = None,
         mcp_config: str | None = None,
         skills_path: str | None = None,
         rollout_id: str | None = None,
-    ) -> tuple[str, str]:
-        """Run the CLI for this trial; (its stream-json stdout, the model name). Nothing of it outlives
-        the call: its group is killed and its directories removed, both checked.
+        observation_collector: Collector | None = None,
+    ) -> tuple[str, str] | tuple[list[Any], str, dict[str, Any]]:
+        """Run the CLI for this trial; nothing of it outlives the call: its group is killed and its
+        directories removed, both checked. Answers in the installed NeMo Gym's shape (PARSED_ANSWER):
+        (stream-json stdout, model), or from v0.5.0 (output items, model, run metadata).
 
-        `rollout_id` is what NeMo Gym >= 0.5 passes (its capture id; None with observability off, and
-        never passed by 0.4.0): when given it is the id run() joined from the same body fields."""
+        `rollout_id` is what NeMo Gym passes from the commit Relax pins on (its capture id; None with
+        observability off, never passed by 0.4.0): when given it is the id run() joined from the same body
+        fields. `observation_collector` (v0.5.0+) reads the CLI's config directory before it is removed."""
+        model = self.config.model
+        cli = await self._run_cli(
+            instruction,
+            system_prompt=system_prompt,
+            mcp_config=mcp_config,
+            skills_path=skills_path,
+            rollout_id=rollout_id,
+            observation_collector=observation_collector,
+        )
+        if not PARSED_ANSWER:
+            return cli.stdout, model
+        items, metadata = cli.run_metadata()
+        return items, model, metadata
+
+    async def _run_cli(
+        self,
+        instruction: str,
+        *,
+        system_prompt: str | None,
+        mcp_config: str | None,
+        skills_path: str | None,
+        rollout_id: str | None,
+        observation_collector: Collector | None,
+    ) -> _CliRun:
         run = _RUN.get()
         if rollout_id is not None and run is not None and rollout_id != run.rollout_id:
             LOG.warning(
@@ -250,11 +323,13 @@ class SandboxedClaudeCodeAgent(ClaudeCodeAgent):  # type: ignore[misc]
             )
         rollout_id = run.rollout_id if run is not None else f"local-{uuid4().hex}"
         model = self.config.model
+        outcome = _CliRun()
         if rollout_id in self._cleaned:
-            return "", model
+            return outcome
         live = self._live.setdefault(rollout_id, _Live())
         process: asyncio.subprocess.Process | None = None
         dirs = trials.TrialDirs.create(self._trials_root, rollout_id)
+        started = time.monotonic()
         try:
             (dirs.config / "settings.json").write_text(json.dumps(self._build_settings()))
             if skills_path:
@@ -264,7 +339,7 @@ class SandboxedClaudeCodeAgent(ClaudeCodeAgent):  # type: ignore[misc]
                 LOG.error(
                     "no model server for rollout %s: set model_server (or anthropic_base_url)", rollout_id
                 )
-                return "", model
+                return outcome
             command = self._build_command(
                 model,
                 instruction,
@@ -289,17 +364,32 @@ class SandboxedClaudeCodeAgent(ClaudeCodeAgent):  # type: ignore[misc]
                 stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=self.config.timeout)
             except TimeoutError:
                 LOG.warning("claude-code timed out after %ds (rollout %s)", self.config.timeout, rollout_id)
-                return "", model
+                outcome.timed_out = True
+                return outcome
+            outcome.stdout, outcome.returncode = stdout.decode(errors="replace"), process.returncode
             if process.returncode not in (0, None) and rollout_id not in self._cleaned:
                 LOG.warning(
                     "claude-code exited %d (rollout %s): %s",
                     process.returncode,
                     rollout_id,
-                    stderr.decode(errors="replace")[-500:] or stdout.decode(errors="replace")[-500:],
+                    stderr.decode(errors="replace")[-500:] or outcome.stdout[-500:],
                 )
-            return stdout.decode(errors="replace"), model
+            return outcome
         finally:
+            outcome.seconds = time.monotonic() - started
+            if observation_collector is not None:
+                await self._collect(observation_collector, dirs.config, outcome)
             await self._end(rollout_id, live, process, dirs)
+
+    @staticmethod
+    async def _collect(collector: Collector, config_dir: Path, outcome: _CliRun) -> None:
+        """NeMo Gym's observations of the run, read from the CLI's config directory while it still exists
+        (shielded like the cleanup after it); a collector that fails costs the observations, not the run."""
+        _items, metadata = outcome.run_metadata()
+        try:
+            await asyncio.shield(asyncio.to_thread(collector, config_dir, metadata))
+        except Exception:
+            LOG.exception("failed to collect Claude Code observations")
 
     async def _end(
         self,
