@@ -36,6 +36,12 @@ from relax_gym_core.plugin import (
 from relax_gym_core.protocol import ROLLOUT_TAG, Generation
 
 VERIFY_TIMEOUT_S = 120.0
+# NeMo Gym >= 0.5's resources servers say whether their /verify may run again on a stored answer.
+REVERIFY_MODE_PATH = "/reverify_mode"
+STATELESS, UNSUPPORTED = "stateless", "unsupported"  # and "unknown"
+REFUSED_UNSUPPORTED = (
+    "its resources server says its verifier cannot re-score a stored answer (reverify_mode: unsupported)"
+)
 
 
 @frozen(kw_only=True)
@@ -108,10 +114,15 @@ def probe_environments(
     python: str | None = None,
     verifier_url: str | None = None,
     probes: Mapping[str, Sequence[VerifierProbe]] | None = None,
+    reverify: Mapping[str, str | None] | None = None,
 ) -> dict[str, list[ProbeOutcome]]:
     """The probes of several environments in one server set: each one's resources server (for probes
     posted to /verify) and, for replays, its agent with a replay model server; one start for them all.
-    `probes` stands in for the plugins' own (by environment): stored answers to re-score, say."""
+    `probes` stands in for the plugins' own (by environment): stored answers to re-score, say. With
+    `reverify` (by environment: why it may not be re-scored, None if it may), each resources server is asked
+    its reverify_mode first: "stateless" re-scores, "unsupported" refuses, and anything else (an older NeMo
+    Gym has no such route) leaves the environment's own answer; a refused environment's probes are skipped
+    with the reason."""
     definitions = [hooks.environments.get(name) for name in dict.fromkeys(environments)]
     plans = {
         definition.name: _plan(definition) if probes is None else _Plan(probes.get(definition.name, ()))
@@ -130,8 +141,28 @@ def probe_environments(
         return {name: plan.ordered() for name, plan in plans.items()}
     servers = _server_set([(d, plans[d.name]) for d in definitions])
     if servers:
-        _replay_and_verify(definitions, plans, servers, python)
+        _replay_and_verify(definitions, plans, servers, python, reverify or {})
     return {name: plan.ordered() for name, plan in plans.items()}
+
+
+def reverify_mode(client: httpx.Client, base_url: str) -> str | None:
+    """What a resources server says of re-running its /verify on a stored answer (GET /reverify_mode:
+    stateless, unsupported or unknown), or None when it says nothing (NeMo Gym before 0.5: no such route)."""
+    try:
+        answer = client.get(f"{base_url}{REVERIFY_MODE_PATH}")
+        mode = answer.json() if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    return mode if isinstance(mode, str) else None
+
+
+def reverify_refusal(client: httpx.Client, base_url: str, own: str | None) -> str | None:
+    """Why the stored answers of the environment whose resources server is at `base_url` may not be
+    re-scored, or None: the server's own word first, else `own` (the environment's cleanup contract)."""
+    mode = reverify_mode(client, base_url)
+    if mode == UNSUPPORTED:
+        return REFUSED_UNSUPPORTED
+    return None if mode == STATELESS else own
 
 
 class _Plan:
@@ -186,6 +217,7 @@ def _replay_and_verify(
     plans: Mapping[str, _Plan],
     servers: Sequence[NemoGymServer],
     python: str | None,
+    reverify: Mapping[str, str | None],
 ) -> None:
     """Start the servers with a replay model server as their policy model, then score every probe: a
     replay is one /run of the agent (the recorded model turns answered in order by rollout id, the tool
@@ -222,11 +254,17 @@ def _replay_and_verify(
                     outcome = evolve(outcome, error=divergences[rollout_id])
                 plans[definition.name].outcomes[probe.name] = outcome
             for definition in definitions:
-                verified = plans[definition.name].verified
-                url = f"{running[resources_server(definition).name].url}/verify" if verified else ""
-                for probe in verified:
-                    outcome = score(probe, functools.partial(_post, client, url))
-                    plans[definition.name].outcomes[probe.name] = outcome
+                plan = plans[definition.name]
+                base = running[resources_server(definition).name].url if plan.verified else ""
+                if plan.verified and definition.name in reverify:
+                    refusal = reverify_refusal(client, base, reverify[definition.name])
+                    if refusal is not None:
+                        plan.outcomes |= {probe.name: _skipped(probe, refusal) for probe in plan.verified}
+                        continue
+                for probe in plan.verified:
+                    plan.outcomes[probe.name] = score(
+                        probe, functools.partial(_post, client, f"{base}/verify")
+                    )
     finally:
         model.stop()
 

@@ -4,8 +4,10 @@ verifier, without running an agent again, and say which rewards changed.
 Each scored trial's trajectory holds what its environment's `/run` got and answered: the row (with its
 verifier fields) and the final output items. Those go to the environment's real resources server as one
 `POST /verify` each (the probe machinery: gym/probe.py), and the reward it gives is compared with the one
-recorded. An environment whose cleanup contract is not stateless kept state for each trial (a tool
-session, a checkout) that its verifier reads; that state is gone, so its trials are refused, not guessed.
+recorded. Whether a verifier can score a stored answer again is first the server's own word (NeMo Gym >=
+0.5's `GET /reverify_mode`: "stateless" re-scores, "unsupported" refuses); where it says nothing, an
+environment whose cleanup contract is not stateless kept state for each trial (a tool session, a checkout)
+that its verifier reads; that state is gone, so its trials are refused, not guessed.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def collect(
     documents = load_trajectories(directory, [str(record["request_id"]) for record in scored])
     installed = {definition.name: definition for definition in hooks.environments}
     probes: dict[str, list[tuple[dict[str, Any], VerifierProbe]]] = defaultdict(list)
-    refused: dict[str, str] = {}
+    refused: dict[str, str] = {}  # environments no trial of which can be re-scored, and why
     missing: dict[str, int] = defaultdict(int)
     for record in sorted(scored, key=lambda r: (r["row"], r["repeat"])):
         environment = str(record["environment"])
@@ -77,9 +79,6 @@ def collect(
         definition = installed.get(environment)
         if definition is None:
             refused[environment] = "no installed plugin registers it"
-            continue
-        if not definition.cleanup.stateless:
-            refused[environment] = REFUSED_STATEFUL
             continue
         document = documents.get(str(record["request_id"]))
         stored = _stored_answer(document) if document is not None else None
@@ -102,18 +101,21 @@ def reverify(directory: str, *, as_json: bool = False, python: str | None = None
     hooks = make_plugin_manager()
     probes, refused, missing = collect(Path(directory), hooks)
     if not probes:
-        reasons = (
-            "; ".join(f"{env}: {why}" for env, why in sorted(refused.items())) or "none has a stored answer"
-        )
-        raise ConfigError(f"{directory}: no trial can be re-scored ({reasons})")
+        raise _nothing(directory, refused)
+    own = {env: None if hooks.environments.get(env).cleanup.stateless else REFUSED_STATEFUL for env in probes}
     outcomes = probe_environments(
         hooks,
         sorted(probes),
         python=python,
         probes={env: [p for _, p in pairs] for env, pairs in probes.items()},
+        reverify=own,
     )
     results = []
     for environment, pairs in probes.items():
+        skipped = {outcome.skipped for outcome in outcomes[environment]}
+        if None not in skipped:  # refused as a whole, before any /verify
+            refused[environment] = str(skipped.pop())
+            continue
         by_name = {outcome.name: outcome for outcome in outcomes[environment]}
         for record, probe in pairs:
             outcome = by_name[probe.name]
@@ -128,6 +130,8 @@ def reverify(directory: str, *, as_json: bool = False, python: str | None = None
                     error=outcome.error,
                 )
             )
+    if not results:
+        raise _nothing(directory, refused)
     same = all(not result.changed for result in results)
     if as_json:
         document = {
@@ -137,6 +141,11 @@ def reverify(directory: str, *, as_json: bool = False, python: str | None = None
         }
         return json.dumps(document, indent=2), same
     return _text(results, refused, missing), same
+
+
+def _nothing(directory: str, refused: Mapping[str, str]) -> ConfigError:
+    reasons = "; ".join(f"{env}: {why}" for env, why in sorted(refused.items())) or "none has a stored answer"
+    return ConfigError(f"{directory}: no trial can be re-scored ({reasons})")
 
 
 def _text(results: list[Rescored], refused: Mapping[str, str], missing: Mapping[str, int]) -> str:
