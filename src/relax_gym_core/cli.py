@@ -236,7 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     convert = commands.add_parser(
         "convert", help="convert a raw NeMo Gym JSONL dataset into a Relax one (input + metadata)"
     )
-    convert.add_argument("environment", metavar="ENV", help="registered environment whose plugin converts")
+    convert.add_argument(
+        "environment",
+        metavar="ENV[:CONFIG]",
+        help="registered environment whose plugin converts; rows are tagged with it and its config "
+        "(default: its first)",
+    )
     convert.add_argument("--input", required=True, metavar="RAW.jsonl", help="raw NeMo Gym rows")
     convert.add_argument(
         "--output", required=True, metavar="RELAX.jsonl", help="written atomically; never the input"

@@ -151,7 +151,13 @@ def test_convert_writes_compact_utf8_rows_creating_parent_directories(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Converted 2 row(s) to out/sub/relax.jsonl\n"
-    expected = [convert_row(row) for row in (GSM8K_ROW, WORKPLACE_ROW)]
+    # Each row tagged with its environment and config, as `relax-gym mix` tags them: the thin client routes
+    # it whatever NEMO_GYM_ENVIRONMENT / NEMO_GYM_CONFIG say.
+    tags = {"environment": "fake_env", "config": "default", "data_source": "fake_env"}
+    expected = [
+        {**row, "metadata": {**row["metadata"], **tags}}
+        for row in (convert_row(raw) for raw in (GSM8K_ROW, WORKPLACE_ROW))
+    ]
     written = (tmp_path / "out" / "sub" / "relax.jsonl").read_text(encoding="utf-8")
     assert written == "".join(
         json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n" for row in expected
@@ -261,6 +267,20 @@ def test_unknown_environment_names_the_installed_ones(cli: Any, site: Path, tmp_
     result = cli("convert", "fake_envv", "--input", "raw.jsonl", "--output", "o.jsonl", sites=(site,))
     assert_clean_error(result, "no installed plugin provides environment 'fake_envv' (installed: fake_env)")
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_config_the_environment_lacks_is_refused_naming_its_configs(
+    cli: Any, site: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "raw.jsonl").write_text(jsonl(GSM8K_ROW))
+    result = cli("convert", "fake_env:nope", "--input", "raw.jsonl", "--output", "o.jsonl", sites=(site,))
+    assert_clean_error(
+        result, "'fake_env:nope': environment 'fake_env' has no config 'nope' (its configs: default, hard)"
+    )
+    assert not (tmp_path / "o.jsonl").exists()
+    tagged = cli("convert", "fake_env:default", "--input", "raw.jsonl", "--output", "o.jsonl", sites=(site,))
+    assert tagged.returncode == 0, tagged.stderr
+    assert json.loads((tmp_path / "o.jsonl").read_text())["metadata"]["config"] == "default"
 
 
 def test_missing_input_is_a_clear_error(cli: Any, site: Path) -> None:

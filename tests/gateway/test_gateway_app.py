@@ -176,6 +176,29 @@ def test_registry_errors(app_client: Any, make_body: Any) -> None:
     )
 
 
+def test_a_request_naming_no_config_finds_an_environments_only_config(
+    app_client: Any, make_body: Any
+) -> None:
+    """The thin client sends config = environment when none is named (reference §5.2): an environment
+    registered under one config of another name (mcqa's mcqa-v1, equivalence_rule's lc) is still found."""
+    specs = {
+        "mcqa-v1": {**ECHO, "environment": "mcqa"},
+        "a": {**ECHO, "environment": "two"},
+        "b": {**ECHO, "environment": "two"},
+    }
+    client = app_client(specs)
+    found = client.post("/v1/trials", json=make_body(env="mcqa", config="mcqa"))
+    assert found.status_code == 202, found.text
+    assert client.post("/v1/trials", json=make_body(env="mcqa", config="mcqa-v1")).status_code == 202
+    # Never a guess between two configs, nor a config named otherwise.
+    for env, config in (("two", "two"), ("mcqa", "other")):
+        refused = client.post("/v1/trials", json=make_body(env=env, config=config))
+        assert (refused.status_code, refused.json()["detail"]) == (
+            400,
+            "environment/config is not registered",
+        )
+
+
 def test_errors_never_echo_secrets(app_client: Any, make_body: Any) -> None:
     client = app_client()
     body = make_body(deadline_s="soon")

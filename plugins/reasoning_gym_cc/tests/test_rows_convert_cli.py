@@ -49,7 +49,19 @@ def test_generated_and_published_shapes_convert(tmp_path: Path) -> None:
         published["responses_create_params"]["input"],
     ]
     for row in rows:
-        assert set(row["metadata"]) == {"question", "answer", "metadata"}  # agent_ref gone
+        # agent_ref gone; the route tags of `relax-gym convert` added
+        assert set(row["metadata"]) == {
+            "question",
+            "answer",
+            "metadata",
+            "environment",
+            "config",
+            "data_source",
+        }
+        assert (row["metadata"]["environment"], row["metadata"]["config"]) == (
+            "reasoning_gym",
+            "reasoning-gym-cc-v1",
+        )
         assert row["metadata"]["metadata"]["source_dataset"] == "leg_counting"
 
 

@@ -34,21 +34,26 @@ class Source:
     path: Path
 
 
+def parse_route(text: str, hooks: Hooks) -> tuple[str, str]:
+    """`ENV[:CONFIG]`, checked against the installed environments (config defaults to the first)."""
+    environment, _, config = text.partition(":")
+    definition = hooks.environments.get(environment)  # UnknownEnvironmentError names the installed ones
+    if not config:
+        return environment, definition.configs[0]
+    if config not in definition.configs:
+        raise ConversionError(
+            f"{text!r}: environment {environment!r} has no config {config!r} "
+            f"(its configs: {', '.join(definition.configs)})"
+        )
+    return environment, config
+
+
 def parse_source(text: str, hooks: Hooks) -> Source:
     """`ENV[:CONFIG]=PATH`, checked against the installed environments (config defaults to the first)."""
     route, separator, path = text.partition("=")
     if not separator or not route or not path:
         raise ConversionError(f"{text!r}: expected ENV[:CONFIG]=RELAX.jsonl")
-    environment, _, config = route.partition(":")
-    definition = hooks.environments.get(environment)  # UnknownEnvironmentError names the installed ones
-    if not config:
-        config = definition.configs[0]
-    elif config not in definition.configs:
-        raise ConversionError(
-            f"{text!r}: environment {environment!r} has no config {config!r} "
-            f"(its configs: {', '.join(definition.configs)})"
-        )
-    return Source(environment, config, Path(path))
+    return Source(*parse_route(route, hooks), Path(path))
 
 
 @frozen
@@ -68,6 +73,22 @@ class MixReport:
         return line
 
 
+def tag_row(row: dict[str, Any], environment: str, config: str, where: str) -> dict[str, Any]:
+    """A converted row tagged with the environment and config it belongs to (`relax-gym convert` and `mix`
+    both tag): the thin client routes it by them. A row tagged otherwise is a ConversionError at `where`."""
+    metadata = dict(row["metadata"])
+    wanted = {"environment": environment, "config": config}
+    for key in ROUTE_KEYS:
+        if key in metadata and metadata[key] != wanted[key]:
+            raise ConversionError(
+                f"{where}: metadata.{key} is {metadata[key]!r}, not {wanted[key]!r}: rows are never "
+                "re-tagged; mix each file under the environment it was converted for"
+            )
+    metadata.update(wanted)
+    metadata.setdefault("data_source", environment)  # Relax logs rewards per data source
+    return {"input": row["input"], "metadata": metadata}
+
+
 def _tagged(source: Source, number: int, row: dict[str, Any]) -> dict[str, Any]:
     problem = relax_row_problem(row)
     if problem is not None:
@@ -75,17 +96,7 @@ def _tagged(source: Source, number: int, row: dict[str, Any]) -> dict[str, Any]:
             f"{source.path}:{number}: not a Relax row ({problem}); convert it first with "
             f"`relax-gym convert {source.environment}`"
         )
-    metadata = dict(row["metadata"])
-    wanted = {"environment": source.environment, "config": source.config}
-    for key in ROUTE_KEYS:
-        if key in metadata and metadata[key] != wanted[key]:
-            raise ConversionError(
-                f"{source.path}:{number}: metadata.{key} is {metadata[key]!r}, not {wanted[key]!r}: "
-                "rows are never re-tagged; mix each file under the environment it was converted for"
-            )
-    metadata.update(wanted)
-    metadata.setdefault("data_source", source.environment)  # Relax logs rewards per data source
-    return {"input": row["input"], "metadata": metadata}
+    return tag_row(row, source.environment, source.config, f"{source.path}:{number}")
 
 
 def mix_files(

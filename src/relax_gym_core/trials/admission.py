@@ -74,6 +74,16 @@ class Admissions(dict[EnvKey, EnvLine]):
     def __init__(self, environments: Mapping[EnvKey, Admission], *, retry_after_s: float) -> None:
         super().__init__((key, EnvLine(key, admission)) for key, admission in environments.items())
         self._retry_after_s = retry_after_s
+        # A request naming no config names its environment's (the client's default, reference §5.2): an
+        # environment registered under one config of another name (mcqa's mcqa-v1) is found by its name.
+        configs: dict[str, list[EnvKey]] = {}
+        for key in self:
+            configs.setdefault(key[0], []).append(key)
+        self._only: dict[str, EnvLine] = {
+            name: self[keys[0]]
+            for name, keys in configs.items()
+            if len(keys) == 1 and (name, name) not in self
+        }
 
     @property
     def policies(self) -> Mapping[EnvKey, Admission]:
@@ -81,7 +91,8 @@ class Admissions(dict[EnvKey, EnvLine]):
 
     def resolve(self, request: CreateTrialRequest) -> EnvLine:
         """The line of a request's registered environment; raises the reference's 400 errors."""
-        line = self.get((request.environment.name, request.environment.config))
+        name, config = request.environment.name, request.environment.config
+        line = self.get((name, config)) or (self._only.get(name) if config == name else None)
         if line is None:
             raise EnvironmentNotRegisteredError("environment/config is not registered")
         if request.interrupt_policy != line.admission.interrupt_policy:
