@@ -192,7 +192,6 @@ def test_installed_plugin_passes_registration(
     [
         ({"configs": ("default", "default")}, "configs repeat a name"),
         ({"configs": ("default", " ")}, "configs must be non-empty strings"),
-        ({"readiness": ("math", "ghost")}, "readiness names 'ghost', which is not one of its servers"),
         (
             {"servers": (AGENT, attrs.evolve(RESOURCE, server_class="resources_servers.math.app.Math"))},
             "server_class 'resources_servers.math.app.Math' is not 'module:Class'",

@@ -9,6 +9,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
 
 from relax_gym_core.errors import PluginError
@@ -26,6 +27,8 @@ from relax_gym_core.plugin import (
     converted_row,
     hookimpl,
     make_plugin_manager,
+    resources_server,
+    simple_agent,
 )
 from relax_gym_core.plugin.manager import DISABLE_VAR, TRACE_VAR
 from relax_gym_core.protocol import Generation
@@ -62,6 +65,10 @@ HOOKS = "(the hooks are register_environments, register_runtimes)"
 AGENT = NemoGymServer(
     name="agent", kind="responses_api_agents", implementation="simple_agent", server_class="m:C"
 )
+
+
+COUNTDOWN = resources_server("countdown", "countdown", "relax_gym_countdown.server:Countdown")
+MODEL_TYPO = {"type": "responses_api_models", "name": "policy_modle"}
 
 
 def legacy_plugin(hook: str) -> str:
@@ -300,14 +307,58 @@ def test_an_environment_registered_twice_by_one_plugin_is_a_duplicate_too() -> N
             definition("e", agent="ghost"),
             "plugin 'p': environment 'e': agent 'ghost' is not one of its servers",
         ),
+        (
+            definition("e", servers=(simple_agent("agent", resources="countdwn"), COUNTDOWN)),
+            "plugin 'p': environment 'e': server 'agent' names resources server 'countdwn', which is not one "
+            "of its servers (agent, countdown)",
+        ),
+        (
+            definition("e", servers=(attrs.evolve(AGENT, config={"model_server": MODEL_TYPO}),)),
+            "plugin 'p': environment 'e': server 'agent' names responses api model 'policy_modle', which is "
+            "not one of its servers (agent)",
+        ),
+        (
+            definition("e", servers=(AGENT, COUNTDOWN), readiness=("countdown", "ghost")),
+            "plugin 'p': environment 'e': readiness names 'ghost', which is not one of its servers "
+            "(agent, countdown)",
+        ),
     ],
-    ids=["not a definition", "no cleanup", "cleanup not a contract", "no config", "agent not a server"],
+    ids=[
+        "not a definition",
+        "no cleanup",
+        "cleanup not a contract",
+        "no config",
+        "agent not a server",
+        "resources typo",
+        "model typo",
+        "readiness typo",
+    ],
 )
 def test_registration_errors_name_the_plugin_and_the_rule(registered: object, needle: str) -> None:
     hooks = make_plugin_manager(load_entry_points=False, plugins=[("p", plugin_registering(registered))])
     with pytest.raises(PluginError) as caught:
         _ = hooks.environments
     assert str(caught.value) == needle
+
+
+def test_an_environment_that_cannot_start_here_may_name_a_server_it_lacks_until_then() -> None:
+    """A judged environment without a judge endpoint names its judge's server, which is there once the
+    operator names the endpoint: listed (relax-gym plugins), refused at start by its own reason."""
+
+    class Judged(EnvironmentDefinition):
+        def unavailable(self) -> str | None:
+            return "its verifier asks an LLM judge: name one"
+
+    judge = {"judge_model_server": {"type": "responses_api_models", "name": "the_judge"}}
+    judged = Judged(
+        name="e",
+        configs=("c",),
+        agent="agent",
+        servers=(simple_agent("agent", resources="countdown"), attrs.evolve(COUNTDOWN, config=judge)),
+        cleanup=STATELESS,
+    )
+    hooks = make_plugin_manager(load_entry_points=False, plugins=[("p", plugin_registering(judged))])
+    assert hooks.environments.get("e") is judged
 
 
 def test_an_environment_with_its_own_runtime_needs_no_servers() -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from relax_gym_core.errors import DuplicateEnvironmentError, PluginError, UnknownEnvironmentError
 from relax_gym_core.plugin.cleanup import CleanupContract
 from relax_gym_core.plugin.environment import EnvironmentDefinition, reference_environment
+from relax_gym_core.plugin.servers import POLICY_MODEL, SERVER_KINDS
 
 if TYPE_CHECKING:
     from relax_gym_core.plugin.runs import Runtime
@@ -26,6 +27,41 @@ class EnvironmentRegistrar:
 
     def add(self, definition: EnvironmentDefinition) -> None:
         self._registry.add(definition, plugin=self._plugin)
+
+
+def _references(value: Any) -> Iterator[tuple[str, str]]:
+    """Every server reference in a server's config, as NeMo Gym writes one: {"type": KIND, "name": NAME}."""
+    if isinstance(value, Mapping):
+        kind, name = value.get("type"), value.get("name")
+        if isinstance(kind, str) and kind in SERVER_KINDS and isinstance(name, str):
+            yield kind, name
+        for inner in value.values():
+            yield from _references(inner)
+    elif isinstance(value, list | tuple):
+        for inner in value:
+            yield from _references(inner)
+
+
+def wiring_problem(definition: EnvironmentDefinition) -> str | None:
+    """What is wrong with how an environment's servers name each other, or None: every server a config
+    refers to (a resources server, a model server) and every readiness name is one of its own servers, or
+    the policy model (the gateway). A typo would otherwise pass registration and probes and fail every
+    trial with a 500 inside the agent. An environment that says it cannot start here (unavailable(): an
+    LLM judge no variable names) may name a server it lacks until then."""
+    names = {server.name for server in definition.servers}
+    own = ", ".join(sorted(names)) or "none"
+    for server in definition.servers:
+        for kind, name in _references(server.config):
+            if name in names or (kind == "responses_api_models" and name == POLICY_MODEL):
+                continue
+            if definition.unavailable() is not None:
+                return None
+            what = kind.removesuffix("s").replace("_", " ")
+            return f"server {server.name!r} names {what} {name!r}, which is not one of its servers ({own})"
+    for name in definition.readiness or ():
+        if name not in names:
+            return f"readiness names {name!r}, which is not one of its servers ({own})"
+    return None
 
 
 class EnvironmentRegistry:
@@ -48,6 +84,9 @@ class EnvironmentRegistry:
                 f"plugin {plugin!r}: environment {definition.name!r}: agent {definition.agent!r} "
                 "is not one of its servers"
             )
+        problem = wiring_problem(definition)
+        if problem is not None:
+            raise PluginError(f"plugin {plugin!r}: environment {definition.name!r}: {problem}")
         owner = self._owners.get(definition.name)
         if owner is not None:
             raise DuplicateEnvironmentError(

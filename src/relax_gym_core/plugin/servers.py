@@ -10,12 +10,13 @@ plugin's subclass of it. `config` holds the instance's own fields from upstream'
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from attrs import field, frozen
 
 type ServerKind = Literal["resources_servers", "responses_api_agents", "responses_api_models"]
 
+SERVER_KINDS: Final = frozenset(get_args(ServerKind.__value__))
 POLICY_MODEL: Final = "policy_model"  # the model server NeMo Gym agents call; relax-gym's gateway plays it
 SIMPLE_AGENT_CLASS: Final = "responses_api_agents.simple_agent.app:SimpleAgent"
 

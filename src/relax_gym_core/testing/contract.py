@@ -24,7 +24,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, get_args
+from typing import Any
 
 from relax_gym_core.errors import PluginError
 from relax_gym_core.plugin import (
@@ -35,7 +35,7 @@ from relax_gym_core.plugin import (
     converted_row,
 )
 from relax_gym_core.plugin.runs import RunResult
-from relax_gym_core.plugin.servers import ServerKind
+from relax_gym_core.plugin.servers import SERVER_KINDS
 from relax_gym_core.protocol import ROLLOUT_ID, ROLLOUT_INDEX, TASK_INDEX, Generation
 from relax_gym_core.protocol.jsonutil import is_finite_json
 from relax_gym_core.runtimes.builtin import BUILTIN_RUNTIMES
@@ -45,7 +45,6 @@ type Verify = Callable[[dict[str, Any], list[dict[str, Any]]], float]
 # Keys the built-in converter changes on purpose: GSM8K's expected_answer is stringified.
 REFERENCE_NORMALISED: frozenset[str] = frozenset({"expected_answer"})
 _SERVER_CLASS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-_SERVER_KINDS = frozenset(get_args(ServerKind.__value__))
 _ROLLOUT_ID = "{rollout_id}"
 
 
@@ -70,8 +69,8 @@ def _server_problems(definition: EnvironmentDefinition) -> list[str]:
         where = f"server {server.name!r}"
         if not server.name.strip():
             problems.append("a server has an empty name")
-        if server.kind not in _SERVER_KINDS:
-            problems.append(f"{where}: kind {server.kind!r} is not one of {sorted(_SERVER_KINDS)}")
+        if server.kind not in SERVER_KINDS:
+            problems.append(f"{where}: kind {server.kind!r} is not one of {sorted(SERVER_KINDS)}")
         if not _SERVER_CLASS.fullmatch(server.server_class):
             problems.append(f"{where}: server_class {server.server_class!r} is not 'module:Class'")
         if not server.implementation.strip():
