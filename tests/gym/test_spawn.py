@@ -81,3 +81,26 @@ def test_a_server_started_with_sigint_blocked_still_stops_on_sigint(monkeypatch:
     assert list(servers) == [mcqa.name], "the server did not start"
     # It stopped on its SIGINT: it was not killed when stop_processes gave up waiting for it.
     assert servers[mcqa.name].process.returncode != -signal.SIGKILL
+
+
+def test_a_server_module_that_imports_the_cores_dependencies_is_told_the_two_interpreter_rule() -> None:
+    """A server module beside plugin code that imports relax-gym's own dependencies (cattrs, through the
+    protocol) cannot run in the NeMo Gym environment: the launcher says why and what to do, not only the
+    missing module (whose obvious fix, installing it there, is the wrong one)."""
+    import subprocess  # noqa: PLC0415
+
+    code = (
+        "from relax_gym_core.gym.launch import server_class\n"
+        "server_class('relax_gym_core.protocol.converter:Converter')\n"
+    )
+    done = subprocess.run(
+        [gym_python(), "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 1
+    message = done.stderr.strip()
+    assert "\n" not in message and "Traceback" not in message
+    assert (
+        "(ModuleNotFoundError: No module named 'cattrs'): cattrs is a dependency of relax-gym's own"
+        in message
+    )
+    assert "with the entry point at `<package>.plugin` and a package __init__ that imports nothing" in message

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import importlib.util
+import re
 import signal
 import sys
 from typing import Any
@@ -26,6 +28,33 @@ def _upstream_on_path(package: str) -> None:
         sys.path.insert(0, locations[0])
 
 
+def _core_dependencies() -> set[str]:
+    """The import names of relax-gym-core's own dependencies (its installed metadata), extras included."""
+    try:
+        requires = importlib.metadata.requires("relax-gym-core") or []
+    except importlib.metadata.PackageNotFoundError:
+        return set()
+    names = (re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0] for requirement in requires)
+    return {name.lower().replace("-", "_") for name in names if name}
+
+
+def _why_not(module_name: str, exc: ImportError) -> str:
+    """Why a server module cannot be imported here, with what to do when the missing module is one of
+    relax-gym's own dependencies: this interpreter is the NeMo Gym environment's, which has NeMo Gym's
+    dependencies, not the core's (adding them to it would hide the mistake, not fix it)."""
+    why = f"({type(exc).__name__}: {exc})"
+    missing = (getattr(exc, "name", None) or "").split(".")[0]
+    if not missing or missing.lower() not in _core_dependencies():
+        return why
+    return (
+        f"{why}: {missing} is a dependency of relax-gym's own environment, not of the NeMo Gym environment "
+        f"that runs servers. A server module may import the standard library, NeMo Gym, its own packages "
+        f"(nemo-gym-requirements.txt) and relax_gym_core.ingym only: keep it apart from the plugin's code, "
+        f"with the entry point at `<package>.plugin` and a package __init__ that imports nothing "
+        f'(docs/plugins.md, "What a plugin may import")'
+    )
+
+
 def server_class(spec: str) -> Any:
     """The class a server runs, or SystemExit with one line naming it and why (`relax-gym up` and `probe`
     show the server's last lines: a wrong server_class is a plugin's mistake, not a traceback)."""
@@ -37,14 +66,14 @@ def server_class(spec: str) -> Any:
     except ImportError as exc:
         raise SystemExit(
             f"server class {spec}: module {module_name} cannot be imported in the NeMo Gym environment "
-            f"({type(exc).__name__}: {exc})"
+            f"{_why_not(module_name, exc)}"
         ) from None
     try:  # a module may build its classes on first use (a module __getattr__) and need more imports then
         found = getattr(module, class_name, None)
     except ImportError as exc:
         raise SystemExit(
             f"server class {spec}: {class_name} cannot be loaded in the NeMo Gym environment "
-            f"({type(exc).__name__}: {exc})"
+            f"{_why_not(module_name, exc)}"
         ) from None
     if not isinstance(found, type):
         raise SystemExit(f"server class {spec}: {module_name} has no class {class_name}")
