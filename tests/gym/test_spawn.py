@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 from pathlib import Path
 
@@ -87,8 +88,6 @@ def test_a_server_module_that_imports_the_cores_dependencies_is_told_the_two_int
     """A server module beside plugin code that imports relax-gym's own dependencies (cattrs, through the
     protocol) cannot run in the NeMo Gym environment: the launcher says why and what to do, not only the
     missing module (whose obvious fix, installing it there, is the wrong one)."""
-    import subprocess  # noqa: PLC0415
-
     code = (
         "from relax_gym_core.gym.launch import server_class\n"
         "server_class('relax_gym_core.protocol.converter:Converter')\n"
