@@ -16,6 +16,7 @@ so every trial must score exactly what NeMo Gym recorded.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import json
 import os
@@ -37,7 +38,9 @@ from relax_gym_core.testing import Gate, RawReply, RecordedRequest, ScriptedRepl
 from relax_gym_core.testing.processes import run_cli
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 
-THIN_CLIENT = ("example_multi_step", "example_multi_turn_gymnasium", "math_with_code")
+# equivalence_rule: one of its recordings ends on a reasoning-only turn, answered as a model may end one (not
+# cut off): its agent must stop there and score it, not ask again until the deadline.
+THIN_CLIENT = ("equivalence_rule", "example_multi_step", "example_multi_turn_gymnasium", "math_with_code")
 STATEFUL = ("example_multi_turn_gymnasium", "math_with_code")
 # For the rollout too: tool calls, a fractional score, a seeded game; and mcqa, a dedicated plugin.
 ENVIRONMENTS = (*THIN_CLIENT, "grl_sokoban", "mcqa", "mrcr", "xlam_fc")
@@ -84,6 +87,11 @@ def session_input(hooks: Hooks, environment: str, probe: VerifierProbe) -> dict[
     return {"messages": converted["input"], "metadata": converted["metadata"]}
 
 
+@functools.cache
+def config_of(environment: str) -> str:
+    return make_plugin_manager().environments.get(environment).configs[0]
+
+
 def launch_client(
     stack: GatewayProcess,
     policy: PolicyByToken,
@@ -104,6 +112,8 @@ def launch_client(
         "RELAX_OUTPUT_JSON": str(io_dir / "session_output.json"),
         "NEMO_GYM_URL": stack.url,
         "NEMO_GYM_ENVIRONMENT": environment,
+        # Upstream's config name, which need not be the environment's (equivalence_rule's is `lc`).
+        "NEMO_GYM_CONFIG": config_of(environment),
         "NEMO_GYM_MODEL": "model",
         "NEMO_GYM_DEADLINE_S": "300",
         "NEMO_GYM_LEASE_S": "60",

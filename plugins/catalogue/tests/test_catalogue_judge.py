@@ -12,15 +12,19 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from attrs import define, field
+from relax_gym_core.errors import InstalledFileUnavailable
+from relax_gym_core.gym.installed import installed_file
 from relax_gym_core.gym.processes import free_ports, run_gym_servers
-from relax_gym_core.plugin import make_plugin_manager, verify_body
-from relax_gym_core.testing import RecordedRequest, ScriptedReply, reply_json
-from relax_gym_core.testing.web import ScriptedPolicy
+from relax_gym_core.plugin import converted_row, make_plugin_manager, verify_body
+from relax_gym_core.testing import RawReply, RecordedRequest, ReplayPlan, ScriptedReply, reply_json
+from relax_gym_core.testing.processes import start_up
+from relax_gym_core.testing.web import GatewayProcess, PolicyByToken, ScriptedPolicy
 
 from relax_gym_catalogue.catalogue import ENTRIES
 from relax_gym_catalogue.plugin import JUDGE, JUDGE_SERVER, definition_of
@@ -131,3 +135,101 @@ def test_a_judge_routed_through_the_bridge_is_refused() -> None:
     environ = {JUDGE.url: "http://127.0.0.1:8000/ng-rollout/1-0/v1", JUDGE.model: "m"}
     problem = definition_of(ENTRY, environ).unavailable()
     assert problem is not None and "model-call route on the relax-gym gateway" in problem
+
+
+# ---- the whole trial path: `relax-gym up`, the gateway, the thin client ---------------------------------
+
+CLIENT = str(Path(sys.executable).with_name("relax-gym-client"))
+
+
+@define
+class Switchable:
+    """The operator's judge: the recorded verdicts, or HTTP 500 for every call while `failing`."""
+
+    recorded: RecordedJudge
+    failing: bool = False
+
+    def __call__(self, request: RecordedRequest) -> ScriptedReply:
+        if self.failing:
+            return reply_json(500, {"error": {"message": "judge backend is down", "type": "server_error"}})
+        return self.recorded(request)
+
+
+def judge_failsafe_installed() -> bool:
+    """NeMo Gym >= 0.5.0 wraps every /verify in judge_failsafe (nemo_gym/judge.py); 0.4.0 has no such file."""
+    try:
+        installed_file("nemo_gym", "judge.py")
+    except InstalledFileUnavailable:
+        return False
+    return True
+
+
+def session(policy: PolicyByToken, gateway: GatewayProcess, task: dict[str, Any], io_dir: Path) -> str:
+    """One Relax session through the thin client, as Relax launches it; its stderr (the process is done)."""
+    io_dir.mkdir()
+    (io_dir / "session_input.json").write_text(json.dumps(task))
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("RELAX_", "NEMO_GYM_", "OPENAI_"))}
+    environ = {
+        **base,
+        "RELAX_SESSION_ID": f"judged-session-{io_dir.name}",
+        "RELAX_SESSION_IO_DIR": str(io_dir),
+        "RELAX_BASE_URL": policy.server.base_url,
+        "RELAX_INPUT_JSON": str(io_dir / "session_input.json"),
+        "RELAX_OUTPUT_JSON": str(io_dir / "session_output.json"),
+        "NEMO_GYM_URL": gateway.url,
+        "NEMO_GYM_ENVIRONMENT": ENTRY.name,
+        "NEMO_GYM_MODEL": "model",
+        "NEMO_GYM_DEADLINE_S": "300",
+    }
+    done = subprocess.run(
+        [CLIENT], env=environ, capture_output=True, text=True, timeout=SAFETY_S, check=False
+    )
+    (io_dir / "exit").write_text(str(done.returncode))
+    return done.stderr
+
+
+@pytest.mark.e2e
+def test_a_failed_judge_leaves_the_trial_unscored_and_a_working_one_scores_it(tmp_path: Path) -> None:
+    """The trial path end to end, judged by the operator's judge. NeMo Gym 0.4.0 answers a failed judge call
+    with HTTP 500 from /verify; v0.5.0 and later with HTTP 200, reward 0.0 and `_ng_failure_class:
+    judge_failed` (judge_failsafe). Either way the trial is never scored: the thin client exits non-zero and
+    writes no reward. With the judge working, the right answer scores 1.0."""
+    definition = make_plugin_manager().environments.get(ENTRY.name)
+    lines = read_server(ENTRY.name).recorded_lines()
+    index, recorded = next(
+        (i, json.loads(line)) for i, line in enumerate(lines) if json.loads(line)["reward"] == 1.0
+    )
+    probe = next(p for p in definition.verifier_probes() if p.name == f"rollout{index}")
+    plan = ReplayPlan.of(probe)
+    judge = Switchable(RecordedJudge())
+
+    def policy_turn(request: RecordedRequest) -> RawReply:
+        reply = plan.reply(request.body)
+        assert reply is not None, "the agent asked past the recording"
+        return RawReply(status=200, body=json.dumps(reply).encode())
+
+    converted = converted_row(definition, dict(probe.row))
+    task = {"messages": converted["input"], "metadata": converted["metadata"]}
+    environ = {
+        **os.environ,
+        JUDGE.url: "",  # set below, once the judge listens
+        JUDGE.model: "judge-model",
+        JUDGE.api_key: KEY,  # read by the judge's own server process only
+    }
+    with ScriptedPolicy(judge, require_token=KEY) as endpoint, PolicyByToken(policy_turn) as policy:
+        environ[JUDGE.url] = f"{endpoint.base_url}/v1"
+        with start_up([ENTRY.name], env=environ, extra_args=("--callback-network", "127.0.0.0/8")) as gateway:
+            judge.recorded.answers = [evaluation["response"] for evaluation in recorded["judge_evaluations"]]
+            session(policy, gateway, task, tmp_path / "working")
+            assert (tmp_path / "working" / "exit").read_text() == "0"
+            assert json.loads((tmp_path / "working" / "session_output.json").read_text())["reward"] == 1.0
+
+            judge.failing = True
+            asked = len(endpoint.model_requests("responses"))
+            stderr = session(policy, gateway, task, tmp_path / "failing")
+    assert (tmp_path / "failing" / "exit").read_text() != "0", stderr
+    assert not (tmp_path / "failing" / "session_output.json").exists()  # no reward written, ever
+    assert len(endpoint.model_requests("responses")) > asked  # the judge was asked, and failed
+    assert "Remote trial failed with error code 'agent_error'" in stderr
+    if judge_failsafe_installed():  # 200, reward 0.0, _ng_failure_class: the kind names it
+        assert "kind 'judge_failed'" in stderr, stderr

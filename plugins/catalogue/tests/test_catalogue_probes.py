@@ -19,6 +19,7 @@ from relax_gym_core.gym.probe import probe_environments
 from relax_gym_core.plugin import make_plugin_manager
 
 from relax_gym_catalogue.catalogue import ENTRIES, Entry
+from relax_gym_catalogue.upstream import installed
 
 pytestmark = pytest.mark.e2e
 
@@ -30,6 +31,7 @@ SAFETY_S = 600
 
 @pytest.mark.parametrize("batch", BATCHES, ids=[f"set{index}" for index in range(len(BATCHES))])
 def test_replayed_recordings_score_as_recorded(batch: list[Entry]) -> None:
+    batch = [entry for entry in batch if installed(entry.name)]  # CI's 0.4.0 lacks later releases' servers
     results = probe_environments(make_plugin_manager(), [entry.name for entry in batch])
     for entry in batch:
         outcomes = results[entry.name]

@@ -79,15 +79,14 @@ class ReplayPlan:
 
     def reply(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
         """The Responses object answering this request (its next recorded turn), or None past the last
-        turn (the environment diverged from the recording). A last turn that neither answers nor calls a
-        tool (reasoning only: the recording was cut off) is marked incomplete, as the recorded response
-        was, so the agent stops there instead of asking again."""
+        turn (the environment diverged from the recording, or its agent asks again where it stopped when it
+        was recorded). A turn that neither answers nor calls a tool (reasoning only) is answered as a
+        completed response, as a model may end one: NeMo Gym's recordings do not keep whether it was cut
+        off, and marking it so would hide an agent that loops on such a reply (its max_steps must end it)."""
         step = self.step(body)
         if step >= len(self.turns):
             return None
         output = copy.deepcopy(list(self.turns[step]))
-        last = step == len(self.turns) - 1
-        cut_off = last and all(item.get("type") == "reasoning" for item in output)
         return {
             "id": f"resp_replay_{step}",
             "object": "response",
@@ -97,8 +96,8 @@ class ReplayPlan:
             "parallel_tool_calls": bool(body.get("parallel_tool_calls", True)),
             "tool_choice": body.get("tool_choice", "auto"),
             "tools": copy.deepcopy(body.get("tools") or []),
-            "status": "incomplete" if cut_off else "completed",
-            "incomplete_details": {"reason": "max_output_tokens"} if cut_off else None,
+            "status": "completed",
+            "incomplete_details": None,
             "usage": dict(_USAGE),
         }
 

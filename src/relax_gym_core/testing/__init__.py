@@ -1,12 +1,13 @@
 """Public test support for relax-gym and its plugins: the conformance kit (and EnvironmentContract, the kit
-as a test class), Hypothesis strategies, scripted model replies and oracle scripts (relax_gym_core.policies,
-re-exported), and a recording observer.
+as a test class), Hypothesis strategies, scripted model replies, oracle scripts and replays of recorded
+trajectories (relax_gym_core.policies, re-exported), and a recording observer.
 
 Importable with the light core plus hypothesis (no web stack). The scripted policy server and real
 gateway processes live in ``relax_gym_core.testing.web`` (needs the gateway extra).
 """
 
 from relax_gym_core.policies.oracle import OracleScript
+from relax_gym_core.policies.replay import ReplayPlan
 from relax_gym_core.policies.replies import (
     ErrorReply,
     Gate,
@@ -44,6 +45,7 @@ __all__ = [
     "RawReply",
     "RecordedRequest",
     "RecordingObserver",
+    "ReplayPlan",
     "ScriptedReply",
     "ToolCall",
     "check_conversion",

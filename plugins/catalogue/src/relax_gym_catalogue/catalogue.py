@@ -102,4 +102,35 @@ ENTRIES: Final[tuple[Entry, ...]] = (
             "ugphysics_judge",
         )
     ),
+    # New after 0.4.0 (lc_niah, litmus_agent, ragtruth at the commit Relax pins, a85670eb; the others at main,
+    # 0.5.1): a NeMo Gym without one (CI's 0.4.0) leaves it out quietly. The new servers not here, and why:
+    # - conversational_tool_use_simulation, toolsandbox: an LLM simulates the user (the former's tools too),
+    #   a role the judge does not fill; toolsandbox's search tools call RapidAPI;
+    # - iheval: its IFEval checks download NLTK's punkt from GitHub at first use (nltk.download);
+    # - rolemrc: BERTScore's roberta-large from Hugging Face (and torch), NLTK's wordnet from GitHub;
+    # - deepswe, swebench: a container per task (nemo_gym.sandbox); legal_agent_bench: Harbor on Docker and
+    #   a judge; finance_agent_v2: web APIs (Tavily, SEC, Tiingo), a git-only package and a judge.
+    Entry(name="citation_if"),  # tools offered; any call is answered "no more results" and scores 0
+    Entry(name="gui_coordinate", needs=(VISION,)),
+    Entry(name="image_tools", config="image_tools_pivot", needs=(VISION,)),  # tool_simulation_agent
+    Entry(name="lc_niah"),
+    Entry(
+        name="litmus_agent",
+        needs=("an OpenSandbox service for rows that offer its Python tool (no example row does)",),
+    ),
+    Entry(
+        name="openair_congestion",  # gymnasium_agent; a deterministic synthetic 5G cell, seeded per row
+        skip="recorded by a scripted policy on the server directly: response.output keeps its last move only",
+    ),
+    Entry(name="ragtruth"),
+    Entry(name="ruler2"),  # editdistance (servers.REQUIRES)
+    Entry(name="spartqa"),
+    Entry(name="string_match"),
+    Entry(
+        name="bbq",
+        judge=True,
+        skip=JUDGED,
+        needs=("a judge that answers Chat Completions with strict JSON-schema output",),
+    ),
+    Entry(name="longmemeval", judge=True, skip=JUDGED),
 )

@@ -40,7 +40,14 @@ from relax_gym_core.plugin import (
 from relax_gym_catalogue.catalogue import ENTRIES, Entry
 from relax_gym_catalogue.recordings import recorded_probes
 from relax_gym_catalogue.servers import REQUIRES, STATE
-from relax_gym_catalogue.upstream import UpstreamError, UpstreamServer, located, parse_recorded, read_server
+from relax_gym_catalogue.upstream import (
+    NotInstalled,
+    UpstreamError,
+    UpstreamServer,
+    located,
+    parse_recorded,
+    read_server,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +58,13 @@ JUDGE = JudgeVariables(
 )
 JUDGE_SERVER = "relax_gym_judge"
 JUDGE_FIELD = "judge_model_server"  # where upstream's resources configs name the judge's model server
+# Upstream's simple_agent asks the model again until it answers with a message (or calls a tool), up to its
+# max_steps, which many configs leave unset: a reasoning-only reply (a thinking model cut off, say) would then
+# ask again until the trial's deadline, holding a slot and calling Relax's model every time. So where upstream
+# sets no bound: one generation for tasks without tools (what a single-turn task means), and TOOL_STEPS model
+# turns where there are tools (more than any of upstream's recordings uses: five).
+SIMPLE_AGENT = "simple_agent"
+TOOL_STEPS = 16
 
 
 @frozen(kw_only=True)
@@ -107,10 +121,18 @@ def servers_of(
             upstream.agent.implementation,
             upstream.agent_class,
             resources=resources.name,
-            **upstream.agent.own_fields(),
+            **agent_fields(upstream),
         ),
         *judges,
     )
+
+
+def agent_fields(upstream: UpstreamServer) -> dict[str, Any]:
+    """Upstream's agent instance fields, its simple_agent bounded where upstream leaves it unbounded."""
+    fields = upstream.agent.own_fields()
+    if upstream.agent.implementation == SIMPLE_AGENT and fields.get("max_steps") is None:
+        fields["max_steps"] = TOOL_STEPS if upstream.offers_tools() else 1
+    return fields
 
 
 def _packages(name: str) -> tuple[str, ...]:
@@ -146,7 +168,8 @@ def definition_of(entry: Entry, environ: Mapping[str, str] = os.environ) -> Cata
 
 
 def definitions() -> list[CatalogueEnvironment]:
-    """Every catalogued server this NeMo Gym has (none, with a warning, without a NeMo Gym)."""
+    """Every catalogued server this NeMo Gym has (none, with a warning, without a NeMo Gym); a server it
+    does not have at all is left out quietly, one whose files differ with a warning."""
     found = []
     for entry in ENTRIES:
         try:
@@ -154,7 +177,9 @@ def definitions() -> list[CatalogueEnvironment]:
         except ConfigError as exc:  # no NeMo Gym environment: nothing to read the files from
             warnings.warn(f"relax-gym-catalogue registers nothing: {exc}", stacklevel=2)
             return []
-        except UpstreamError as exc:  # another NeMo Gym than the one catalogued: this server differs
+        except NotInstalled as exc:  # a server of a later NeMo Gym than this one (CI's 0.4.0): expected
+            logger.debug("relax-gym-catalogue leaves out %s: %s", entry.name, exc)
+        except UpstreamError as exc:  # the server is there, but its files differ from what is catalogued
             logger.warning("relax-gym-catalogue leaves out %s: %s", entry.name, exc)
     return found
 

@@ -7,13 +7,15 @@ would be a 500 on every trial). They are imported first, so a missing one stops 
 line naming the package (`relax-gym up` and `probe` show it).
 
 STATE: where a server keeps something per NeMo Gym session (a counter, a tool environment, a Python
-subprocess, a game) that it never drops, or drops only when a game ends by itself: an aborted trial, or one
-that ran out of steps, would leak it for the life of the server. Such a server runs as a subclass with:
+subprocess, a game, a sandbox, a slot of a pool) that it never drops, or drops only when the run ends as
+upstream's agent ends it: an aborted trial, or one that ran out of steps, would leak it for the life of the
+server (or until a timeout). Such a server runs as a subclass with:
 
 - the session a trial's ``/seed_session`` or ``/reset`` opens recorded under the trial's rollout id (the
   ``/run`` row's ``_ng_task_index``/``_ng_rollout_index``, else its tag), a seed for a rollout already
   cleaned up refused with HTTP 409 (an abort that overtook the seed cannot leak it);
-- the session released when the trial is over: after ``/verify``, or a ``/step`` that ends the game;
+- the session released when the trial is over: after ``/verify``, a ``/step`` that ends the game, or the
+  route its agent closes it with (``State.close``);
 - ``POST /cleanup/{rollout_id}`` (release everything of that rollout), ``GET /cleanup/{rollout_id}``
   (``{"rollout_id", "clean"}``, checked against the server's own state) and ``GET /relax_gym/sessions``
   (the live state, for leak checks).
@@ -48,6 +50,7 @@ class State(NamedTuple):
 
     attribute: str
     release: str | None = None
+    close: str | None = None  # the route its agent ends a session with (released after it too)
 
 
 # server -> {PyPI distribution: the module it provides}
@@ -55,6 +58,7 @@ REQUIRES: Final[dict[str, dict[str, str]]] = {
     "asr_with_pc": {"jiwer": "jiwer", "whisper-normalizer": "whisper_normalizer"},
     "grl_sokoban": {"gymnasium": "gymnasium", "gym-sokoban": "gym_sokoban"},
     "grl_tetris": {"gymnasium": "gymnasium"},
+    "ruler2": {"editdistance": "editdistance"},
     "structeval": {"xmltodict": "xmltodict", "toml": "toml"},
     "structured_outputs": {
         "openapi-schema-validator": "openapi_schema_validator",
@@ -69,10 +73,15 @@ STATE: Final[dict[str, State]] = {
     "example_session_state_mgmt": State("session_id_to_counter"),
     "indirect_prompt_injection": State("session_id_to_env"),
     "math_with_code": State("_sessions", "_cleanup_session"),
+    "litmus_agent": State("_sessions", "_cleanup_session"),  # a sandbox, made at a row's first tool call
     "example_multi_turn_gymnasium": State("session_turns"),
     "blackjack": State("session_state"),
     "grl_sokoban": State("session_id_to_state", "_close_env"),
     "grl_tetris": State("session_id_to_state", "_close_env"),
+    # one slot of its backend's fixed pool (32) per episode: upstream frees it at the game's end, at the
+    # /close its agent (main's gymnasium_agent) posts after a run, or after an hour idle: an aborted trial
+    # would hold it that hour
+    "openair_congestion": State("session_state", "_release_session", close="/close"),
 }
 
 type Scope = MutableMapping[str, Any]
@@ -87,13 +96,13 @@ class Sessions:
 
     def __init__(self, server: Any, state: State, remembered: int = 100_000) -> None:
         self._server = server
-        self._state = state
+        self.state = state
         self._rollout_of: dict[str, str] = {}
         self._of_rollout: dict[str, set[str]] = {}
         self.cleaned = CleanedRollouts(remembered)
 
     def live(self) -> MutableMapping[str, Any]:
-        state: MutableMapping[str, Any] = getattr(self._server, self._state.attribute)
+        state: MutableMapping[str, Any] = getattr(self._server, self.state.attribute)
         return state
 
     def opened(self, session_id: str, rollout_id: str) -> None:
@@ -101,10 +110,10 @@ class Sessions:
         self._of_rollout.setdefault(rollout_id, set()).add(session_id)
 
     async def release(self, session_id: str) -> None:
-        if self._state.release is None:
+        if self.state.release is None:
             self.live().pop(session_id, None)
         elif session_id in self.live():
-            done = getattr(self._server, self._state.release)(session_id)
+            done = getattr(self._server, self.state.release)(session_id)
             if inspect.isawaitable(done):
                 await done
         rollout_id = self._rollout_of.pop(session_id, None)
@@ -146,7 +155,8 @@ class TrackSessions:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or scope.get("method") != "POST" or path not in _TRACKED:
+        closing = self.sessions.state.close
+        if scope["type"] != "http" or scope.get("method") != "POST" or path not in {*_TRACKED, closing}:
             await self.app(scope, receive, send)
             return
         session_id = (scope.get("session") or {}).get(SESSION_ID_KEY)
@@ -167,7 +177,7 @@ class TrackSessions:
             return
         step = _json(b"".join(answer)) if path == "/step" else None
         game_over = isinstance(step, dict) and bool(step.get("terminated") or step.get("truncated"))
-        if path == "/verify" or game_over:
+        if path in ("/verify", closing) or game_over:
             await self.sessions.release(session_id)
 
     async def _seed(self, scope: Scope, receive: Receive, send: Send, session_id: Any) -> Receive | None:

@@ -34,6 +34,10 @@ class UpstreamError(Exception):
     """What is wrong with an installed server's files (names the file)."""
 
 
+class NotInstalled(UpstreamError):
+    """The server is not in this NeMo Gym at all (a server of a later NeMo Gym than the one installed)."""
+
+
 @functools.cache
 def tree() -> Path:
     """The directory holding nemo_gym/, resources_servers/ and responses_api_agents/ (site-packages for
@@ -76,6 +80,19 @@ class UpstreamServer:
     def example_rows(self) -> list[dict[str, Any]]:
         return read_jsonl(self.directory / "data" / "example.jsonl")
 
+    def offers_tools(self) -> bool:
+        """Whether its tasks give the model tools: its first example row's params name any (one line read,
+        at registration; a server's rows share their tools)."""
+        path = self.directory / "data" / "example.jsonl"
+        try:
+            with path.open(encoding="utf-8") as lines:
+                first = next((line for line in lines if line.strip()), "")
+        except OSError:
+            return True  # nothing says it has none: the bound for tool use, not one generation
+        row = parse_recorded(first) or {}
+        params = row.get("responses_create_params")
+        return bool(params.get("tools")) if isinstance(params, dict) else False
+
     def recorded_lines(self) -> list[str]:
         """The lines of data/example_rollouts.jsonl (a line may be a placeholder, not JSON)."""
         path = self.directory / "data" / "example_rollouts.jsonl"
@@ -110,11 +127,18 @@ def _example_agent(agents: list[Instance], name: str) -> Instance | None:
     return agents[0] if len(agents) == 1 else None
 
 
+def installed(name: str) -> bool:
+    """Whether this NeMo Gym has resources server `name` at all (a later release's may be catalogued)."""
+    return (tree() / RESOURCES_KIND / name).is_dir()
+
+
 @functools.cache
 def read_server(name: str, config: str | None = None) -> UpstreamServer:
     """The installed files of resources server `name`, with its config `config` (default: `<name>.yaml`,
     else its only one); UpstreamError names the file when something is missing or malformed."""
     directory = tree() / RESOURCES_KIND / name
+    if not installed(name):
+        raise NotInstalled(f"{directory}: no such server in this NeMo Gym")
     configs = directory / "configs"
     stem = config or name
     path = configs / f"{stem}.yaml"
