@@ -9,13 +9,17 @@ port, and no background services."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+from attrs import define
 from PIL import Image
 
+from relax_gym_core.rollout.overview import overview
 from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
 
 from .conftest import SECRET, echo_row, relax_gym, write_rows
@@ -33,6 +37,12 @@ OFFLINE = (
 )  # fmt: skip
 USER = (0x1F, 0x6F, 0xEB)  # the border of a user turn (trial_view.STYLE)
 ASSISTANT = (0x08, 0x7A, 0x1F)
+
+
+@define
+class Run:
+    label: str
+    summary: dict[str, Any]
 
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -85,3 +95,32 @@ def test_the_report_filters_its_trials_in_chromium(report_dir: Path, tmp_path: P
     rows = result.stdout.split("<tr data-k=")[1:]
     shown = [row for row in rows if 'style="display: none;"' not in row.split(">", 1)[0]]
     assert len(rows) == 2 and len(shown) == 1 and shown[0].startswith('"failed')
+
+
+def test_the_overview_renders_and_sorts_by_a_column_in_chromium(report_dir: Path, tmp_path: Path) -> None:
+    """The real report's overview, then the overview of three environments sorted in the browser by a click
+    on "mean reward": ascending, then descending, a missing value last either way."""
+    shown = chromium(tmp_path, "--dump-dom", (report_dir / "report.html").as_uri())
+    assert shown.returncode == 0, shown.stderr
+    assert '<table id="overview">' in shown.stdout and '<tr data-env="echo">' in shown.stdout
+
+    runs = [
+        Run("A", {"environments": {name: {"trials": 1, "mean_reward": mean} for name, mean in MEANS.items()}})
+    ]
+    page = tmp_path / "overview.html"
+    click = (
+        "<script>const th = [...document.querySelectorAll('#overview th')]"
+        ".find(h => h.textContent === 'mean reward');"
+    )
+    for clicks, order in ((1, ["low", "high", "none"]), (2, ["high", "low", "none"])):
+        page.write_text(
+            f"<!doctype html><html><body>{overview(runs)}{click}"
+            + "th.click();" * clicks
+            + "</script></body></html>"
+        )
+        sorted_dom = chromium(tmp_path, "--dump-dom", page.as_uri())
+        assert sorted_dom.returncode == 0, sorted_dom.stderr
+        assert re.findall(r'<tr data-env="(\w+)">', sorted_dom.stdout) == order
+
+
+MEANS = {"high": 0.9, "none": None, "low": 0.1}

@@ -26,6 +26,7 @@ from attrs import frozen
 from relax_gym_core.errors import ConversionError
 from relax_gym_core.jsonl import atomic_output
 from relax_gym_core.rollout import plots
+from relax_gym_core.rollout.overview import overview
 from relax_gym_core.rollout.store import RUN_FILE, SUMMARY_FILE, load_trajectories, load_trials, read_run
 from relax_gym_core.rollout.summary import is_scored, summarize
 from relax_gym_core.rollout.trial_view import trial_page
@@ -38,6 +39,8 @@ table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;
 td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f3f3f3}
 img{max-width:100%;margin:0.3em 0}.plots{display:grid;grid-template-columns:1fr 1fr;gap:0.5em}
 .up{color:#087a1f}.down{color:#b00020}code{font-size:90%}
+#overview th{cursor:pointer}#overview th[data-dir=asc]::after{content:" \\25B2"}
+#overview th[data-dir=desc]::after{content:" \\25BC"}
 """
 
 
@@ -423,6 +426,7 @@ def render(runs: Sequence[Run], images: Sequence[Plot], pages: str | None = None
         "mean "
         "reward; pass@k counts scored repeats only.</p>"
     )
+    body.append(overview(runs))
     for environment in environments:
         body.append(f"<h2>{html.escape(environment)}</h2>")
         body.append(_summary_table(environment, runs))
