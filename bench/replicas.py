@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Any
 
 from relax_gym_core.client import ClientOptions, GatewayClient
-from relax_gym_core.plugin import converted_row, make_plugin_manager
+from relax_gym_core.plugin.host import converted_row, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, CreateTrialRequest, parse_create_request
 from relax_gym_core.testing import reply_text
 from relax_gym_core.testing.web import PolicyByToken, start_up

@@ -17,7 +17,7 @@ import time
 
 CHILD = """
 import sys, time
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.gym.config import servers_of
 from relax_gym_core.gym.processes import run_gym_servers
 hooks = make_plugin_manager()

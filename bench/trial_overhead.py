@@ -36,7 +36,7 @@ from relax_gym_core.bridge.payloads import repair_responses
 from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
 from relax_gym_core.gym.config import servers_of
 from relax_gym_core.gym.processes import run_gym_servers
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.policies import formats
 from relax_gym_core.policies.replies import (
     ModelReply,

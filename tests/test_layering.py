@@ -6,6 +6,7 @@ gateway -> commands); plugins use only the core's public API."""
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -39,7 +40,8 @@ ALLOWED: dict[str, set[str]] = {
     "ingym": set(),
     "protocol": BASE,
     # The plugin API, beside the protocol: what plugins import (environment objects, the run-adapter seam,
-    # the hooks that register them) and the plugin manager. Light: no trial service, ledger, web or server.
+    # the hooks that register them) and the host's face (plugin.host: the plugin manager and registries).
+    # Light: no trial service, ledger, web or server.
     "plugin": BASE | {"protocol"},
     "jsonl": BASE,
     "observe": BASE | {"protocol"},
@@ -79,6 +81,34 @@ PLUGIN_API = {
 }
 # Their tests may also use the test support and start NeMo Gym servers.
 PLUGIN_TEST_PARTS = ("testing", "gym")
+# relax_gym_core.plugin's names: the author's face, exactly. The host's parts (the plugin manager, the
+# registry, the checks it applies) are relax_gym_core.plugin.host's, which is not in PLUGIN_API.
+AUTHOR_FACE = {
+    "EnvironmentDefinition",
+    "EnvironmentRegistrar",
+    "RuntimeRegistrar",
+    "hookimpl",
+    "NemoGymServer",
+    "resources_server",
+    "agent_server",
+    "simple_agent",
+    "POLICY_MODEL",
+    "CleanupContract",
+    "CleanupURLs",
+    "STATELESS",
+    "VerifierProbe",
+    "answer",
+    "function_call",
+    "message",
+    "verify_body",
+    "RunResult",
+    "reference",
+    "JudgeEndpoint",
+    "JudgeVariables",
+    "judge_endpoint",
+    "RowError",
+    "EnvironmentFailure",
+}
 
 
 def _part(module: str) -> str:
@@ -153,6 +183,16 @@ def test_plugins_use_only_the_public_api(path: Path) -> None:
     assert beyond == set(), f"{path.relative_to(ROOT)} reaches past relax_gym_core's public API"
 
 
+def test_the_plugin_api_exports_the_authors_face_only() -> None:
+    # A name added to relax_gym_core.plugin is a name every plugin author reads: it grows on purpose, here.
+    api = importlib.import_module("relax_gym_core.plugin")
+    host = importlib.import_module("relax_gym_core.plugin.host")
+    assert sorted(api.__all__) == sorted(AUTHOR_FACE)
+    assert len(api.__all__) == len(set(api.__all__))
+    assert set(host.__all__).isdisjoint(api.__all__)  # each name has one face
+    assert all(hasattr(module, name) for module in (api, host) for name in module.__all__)
+
+
 WEB = ("starlette", "uvicorn", "aiohttp", "pyreqwest", "relax_gym_core.gateway", "relax_gym_core.bridge")
 HEAVY = ("torch", "sglang", "megatron")
 
@@ -167,6 +207,8 @@ HEAVY = ("torch", "sglang", "megatron")
         ("relax_gym_core.trials", ("starlette", "uvicorn", "relax_gym_core.gateway", *HEAVY)),
         # Importing a plugin imports no trial service, ledger, HTTP framework or server.
         ("relax_gym_core.plugin", (*WEB, "httpx", "relax_gym_core.trials", "sqlite3", *HEAVY)),
+        # ... nor does the host's face: the commands and the test support import it.
+        ("relax_gym_core.plugin.host", (*WEB, "httpx", "relax_gym_core.trials", "sqlite3", *HEAVY)),
         # What runs inside the NeMo Gym environment: the standard library only.
         ("relax_gym_core.ingym", ("attrs", "cattrs", "pluggy", "httpx", *WEB, *HEAVY)),
         ("relax_gym_core.ingym.sandbox", ("attrs", "cattrs", "pluggy", "httpx", *WEB, *HEAVY)),

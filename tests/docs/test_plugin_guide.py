@@ -56,3 +56,12 @@ def test_names_the_guide_points_to_exist(dotted: str) -> None:
         module_name, _, attribute = dotted.rpartition(".")
     module = importlib.import_module(module_name)
     assert hasattr(module, attribute), dotted
+
+
+def test_the_guide_lists_every_name_of_the_authors_face() -> None:
+    # The first item of "What a plugin may import" is relax_gym_core.plugin's face, name by name.
+    section = GUIDE.read_text().split("## What a plugin may import")[1].split("\n## ")[0]
+    first_item = section.split("\n- ")[1]
+    listed = set(re.findall(r"`(\w+)`", first_item))
+    api = importlib.import_module("relax_gym_core.plugin")
+    assert set(api.__all__) - listed == set()

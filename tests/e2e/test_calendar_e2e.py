@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
-from relax_gym_core.plugin import VerifierProbe, converted_row, make_plugin_manager
+from relax_gym_core.plugin import VerifierProbe
+from relax_gym_core.plugin.host import converted_row, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import OracleScript, RecordedRequest, ScriptedReply, reply_text
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken

@@ -30,7 +30,8 @@ import httpx
 import pytest
 
 from relax_gym_core.client import GatewayClient
-from relax_gym_core.plugin import Hooks, VerifierProbe, converted_row, make_plugin_manager
+from relax_gym_core.plugin import VerifierProbe
+from relax_gym_core.plugin.host import Hooks, converted_row, make_plugin_manager
 from relax_gym_core.policies.replay import ReplayPlan
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.rollout.data import example_rows, task_identity

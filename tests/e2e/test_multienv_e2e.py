@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from relax_gym_core.client import ClientOptions, GatewayClient
-from relax_gym_core.plugin import converted_row, make_plugin_manager
+from relax_gym_core.plugin.host import converted_row, make_plugin_manager
 from relax_gym_core.testing import Gate, OracleScript, RecordedRequest, ScriptedReply, reply_text
 from relax_gym_core.testing.processes import run_cli
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken

@@ -17,7 +17,8 @@ import pytest
 
 from relax_gym_core.commands.probe import format_outcomes
 from relax_gym_core.gym.probe import score
-from relax_gym_core.plugin import VerifierProbe, make_plugin_manager
+from relax_gym_core.plugin import VerifierProbe
+from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.testing.gym import Verifier
 
 pytest.importorskip("relax_gym_workplace")

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
-from relax_gym_core.plugin import converted_row, make_plugin_manager
+from relax_gym_core.plugin.host import converted_row, make_plugin_manager
 from relax_gym_core.plugin.specs import parse_environments
 from relax_gym_core.policies.oracle import OracleScript
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request

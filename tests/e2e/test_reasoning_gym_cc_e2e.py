@@ -26,7 +26,8 @@ import httpx
 import pytest
 
 from relax_gym_core.client import ClientOptions, GatewayClient, run_trial
-from relax_gym_core.plugin import VerifierProbe, converted_row, make_plugin_manager
+from relax_gym_core.plugin import VerifierProbe
+from relax_gym_core.plugin.host import converted_row, make_plugin_manager
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import (
     Gate,

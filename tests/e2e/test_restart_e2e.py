@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from relax_gym_core.client import ClientOptions, GatewayClient, RemoteTrialError, run_trial
-from relax_gym_core.plugin import converted_row, make_plugin_manager
+from relax_gym_core.plugin.host import converted_row, make_plugin_manager
 from relax_gym_core.plugin.specs import environments_document, specs_for
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import Gate, RecordedRequest, ScriptedReply, reply_text

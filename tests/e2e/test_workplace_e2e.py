@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from relax_gym_core.client import GatewayClient, run_trial
-from relax_gym_core.plugin import converted_row, make_plugin_manager
+from relax_gym_core.plugin.host import converted_row, make_plugin_manager
 from relax_gym_core.policies.oracle import OracleScript
 from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
 from relax_gym_core.testing import Gate, reply_text

@@ -23,13 +23,12 @@ from relax_gym_core.plugin import (
     CleanupContract,
     EnvironmentDefinition,
     EnvironmentFailure,
-    Hooks,
     NemoGymServer,
     RowError,
     VerifierProbe,
     hookimpl,
-    make_plugin_manager,
 )
+from relax_gym_core.plugin.host import Hooks, make_plugin_manager
 from relax_gym_core.plugin.reference import convert_row as reference_convert
 from relax_gym_core.plugin.runs import RunResult
 from relax_gym_core.protocol import CreateTrialRequest, Generation, TrialSnapshot, structure, unstructure

@@ -22,13 +22,12 @@ from relax_gym_core.plugin import (
     STATELESS,
     EnvironmentDefinition,
     EnvironmentRegistrar,
-    Hooks,
     NemoGymServer,
     RunResult,
     RuntimeRegistrar,
     hookimpl,
-    make_plugin_manager,
 )
+from relax_gym_core.plugin.host import Hooks, make_plugin_manager
 from relax_gym_core.plugin.specs import EnvironmentSpec
 from relax_gym_core.protocol import Generation
 from relax_gym_core.runtimes import CLEANUP_CONFIRMED, CleanupResult, RunContext

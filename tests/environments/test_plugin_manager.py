@@ -16,19 +16,21 @@ from relax_gym_core.errors import PluginError
 from relax_gym_core.plugin import (
     STATELESS,
     CleanupContract,
-    DuplicateEnvironmentError,
     EnvironmentDefinition,
     EnvironmentRegistrar,
     NemoGymServer,
-    PluginInfo,
-    PluginLoadError,
     RowError,
-    UnknownEnvironmentError,
-    converted_row,
     hookimpl,
-    make_plugin_manager,
     resources_server,
     simple_agent,
+)
+from relax_gym_core.plugin.host import (
+    DuplicateEnvironmentError,
+    PluginInfo,
+    PluginLoadError,
+    UnknownEnvironmentError,
+    converted_row,
+    make_plugin_manager,
 )
 from relax_gym_core.plugin.manager import DISABLE_VAR, TRACE_VAR
 from relax_gym_core.protocol import Generation
@@ -93,6 +95,14 @@ def {hook}({REMOVED_HOOKS[hook]}):
 """
 
 
+def in_process_plugin(**hooks: Any) -> types.ModuleType:
+    """A plugin registered in-process: a module holding its hookimpls (pluggy keeps plugins in sets, so a
+    plugin is hashable; a SimpleNamespace is not)."""
+    plugin = types.ModuleType("in_process_plugin")
+    vars(plugin).update(hooks)
+    return plugin
+
+
 def definition(name: str, **changes: Any) -> EnvironmentDefinition:
     fields: dict[str, Any] = {
         "name": name,
@@ -104,7 +114,7 @@ def definition(name: str, **changes: Any) -> EnvironmentDefinition:
     return EnvironmentDefinition(**{**fields, **changes})
 
 
-def plugin_registering(*registered: str | object) -> types.SimpleNamespace:
+def plugin_registering(*registered: str | object) -> types.ModuleType:
     """A plugin whose register_environments adds each of `registered`: a name (a good definition) or an
     object as it is."""
 
@@ -113,7 +123,7 @@ def plugin_registering(*registered: str | object) -> types.SimpleNamespace:
         for item in registered:
             registrar.add(definition(item) if isinstance(item, str) else item)
 
-    return types.SimpleNamespace(register_environments=register_environments)
+    return in_process_plugin(register_environments=register_environments)
 
 
 def test_entry_point_of_a_real_distribution_is_loaded(
@@ -233,9 +243,7 @@ def test_a_plugin_still_implementing_a_removed_hook_fails_to_load_in_one_line(
 def test_an_in_process_plugin_implementing_a_removed_hook_is_refused(hook: str) -> None:
     namespace: dict[str, Any] = {}
     exec(compile(legacy_plugin(hook), "legacy_plugin", "exec"), namespace)
-    plugin = types.SimpleNamespace(
-        **{k: v for k, v in namespace.items() if k in ("register_environments", hook)}
-    )
+    plugin = in_process_plugin(**{k: v for k, v in namespace.items() if k in ("register_environments", hook)})
     with pytest.raises(PluginError) as caught:
         make_plugin_manager(load_entry_points=False, plugins=[("old", plugin)])
     assert str(caught.value) == f"plugin 'old' implements an unknown hook {hook!r} {HOOKS}"
@@ -246,7 +254,7 @@ def test_misspelled_hook_of_an_in_process_plugin_is_refused_too() -> None:
     def register_runtime(registrar: Any) -> None:
         del registrar
 
-    plugin = types.SimpleNamespace(register_runtime=register_runtime)
+    plugin = in_process_plugin(register_runtime=register_runtime)
     with pytest.raises(PluginError, match="plugin 'typo' implements an unknown hook 'register_runtime'"):
         make_plugin_manager(load_entry_points=False, plugins=[("typo", plugin)])
 
@@ -259,8 +267,14 @@ def test_in_process_plugin_with_wrong_arguments_is_a_plugin_error() -> None:
     with pytest.raises(PluginError, match="plugin 'wrong' is invalid"):
         make_plugin_manager(
             load_entry_points=False,
-            plugins=[("wrong", types.SimpleNamespace(register_runtimes=register_runtimes))],
+            plugins=[("wrong", in_process_plugin(register_runtimes=register_runtimes))],
         )
+
+
+def test_an_unhashable_in_process_plugin_is_refused_by_name() -> None:
+    plugin = types.SimpleNamespace(register_environments=plugin_registering("e").register_environments)
+    with pytest.raises(PluginError, match=r"^plugin 'loose' is invalid: a SimpleNamespace is unhashable"):
+        make_plugin_manager(load_entry_points=False, plugins=[("loose", plugin)])
 
 
 def test_blocked_in_process_plugin_is_not_registered() -> None:
@@ -376,7 +390,7 @@ def test_registration_hook_may_declare_fewer_arguments() -> None:
 
     hooks = make_plugin_manager(
         load_entry_points=False,
-        plugins=[("quiet", types.SimpleNamespace(register_environments=register_environments))],
+        plugins=[("quiet", in_process_plugin(register_environments=register_environments))],
     )
     assert len(hooks.environments) == 0
     assert calls == ["called"]
@@ -484,3 +498,23 @@ def test_a_plugin_that_crashes_while_registering_is_named(monkeypatch: pytest.Mo
         PluginError, match=r"^plugin 'half_migrated' failed in register_environments: TypeError: "
     ):
         _ = hooks.environments
+
+
+def test_trace_names_a_plugin_that_crashed_and_what_it_registered_first(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    @hookimpl
+    def register_environments(registrar: EnvironmentRegistrar) -> None:
+        registrar.add(definition("e"))
+        raise KeyError("half done")
+
+    monkeypatch.setenv(TRACE_VAR, "1")
+    hooks = make_plugin_manager(
+        load_entry_points=False,
+        plugins=[("crashing", in_process_plugin(register_environments=register_environments))],
+    )
+    with pytest.raises(PluginError, match="plugin 'crashing' failed in register_environments: KeyError"):
+        _ = hooks.environments
+    assert capsys.readouterr().err.splitlines() == [
+        "relax-gym: plugin 'crashing' register_environments: e, then failed: KeyError"
+    ]

@@ -16,7 +16,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from relax_gym_core.errors import PluginError
-from relax_gym_core.plugin import EnvironmentDefinition, hookimpl, make_plugin_manager
+from relax_gym_core.plugin import EnvironmentDefinition, hookimpl
+from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.plugin.manager import DISABLE_VAR
 from relax_gym_core.testing import ConformanceError, check_registration
 from relax_gym_core.testing.web import serve_in_thread, start_gateway
@@ -167,12 +168,20 @@ def test_without_the_plugin_its_runtime_is_a_clear_startup_error(
         pass
 
 
-def _runtime_plugin(name: str) -> types.SimpleNamespace:
+def in_process_plugin(**hooks: Any) -> types.ModuleType:
+    """A plugin registered in-process: a module holding its hookimpls (pluggy keeps plugins in sets, so a
+    plugin is hashable; a SimpleNamespace is not)."""
+    plugin = types.ModuleType("in_process_plugin")
+    vars(plugin).update(hooks)
+    return plugin
+
+
+def _runtime_plugin(name: str) -> types.ModuleType:
     @hookimpl
     def register_runtimes(registrar: Any) -> None:
         registrar.add(name, lambda spec, environment: None)
 
-    return types.SimpleNamespace(register_runtimes=register_runtimes)
+    return in_process_plugin(register_runtimes=register_runtimes)
 
 
 def test_runtime_names_are_unique_and_built_ins_are_reserved() -> None:
@@ -191,13 +200,13 @@ def test_runtime_names_are_unique_and_built_ins_are_reserved() -> None:
 def test_the_conformance_kit_accepts_an_environment_with_its_own_runtime(install_dist: Any) -> None:
     namespace: dict[str, Any] = {}
     exec(compile(PLUGIN, "fake_plugin", "exec"), namespace)
-    plugin = types.SimpleNamespace(**{k: v for k, v in namespace.items() if k.startswith("register_")})
+    plugin = in_process_plugin(**{k: v for k, v in namespace.items() if k.startswith("register_")})
     hooks = make_plugin_manager(load_entry_points=False, plugins=[("fake", plugin)])
     definition: EnvironmentDefinition = check_registration(hooks, "own", installed=False)
     assert definition.servers == ()
 
-    unregistered = types.SimpleNamespace(
-        **{k: v for k, v in vars(plugin).items() if k != "register_runtimes"}
+    unregistered = in_process_plugin(
+        **{k: v for k, v in vars(plugin).items() if k.startswith("register_") and k != "register_runtimes"}
     )
     bare = make_plugin_manager(load_entry_points=False, plugins=[("fake", unregistered)])
     with pytest.raises(ConformanceError, match="runtime 'counting' is not registered"):

@@ -8,14 +8,8 @@ from typing import Any
 
 import pytest
 
-from relax_gym_core.plugin import (
-    STATELESS,
-    EnvironmentDefinition,
-    RowError,
-    converted_row,
-    make_plugin_manager,
-    reference_environment,
-)
+from relax_gym_core.plugin import STATELESS, EnvironmentDefinition, RowError
+from relax_gym_core.plugin.host import converted_row, make_plugin_manager, reference_environment
 from relax_gym_core.plugin.reference import build_run_body, convert_row, map_result
 from relax_gym_core.protocol import Generation, TrialStatus
 

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relax_gym_core.plugin import EnvironmentFailure, make_plugin_manager, reference
+from relax_gym_core.plugin import EnvironmentFailure, reference
+from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.testing.contract import reported_answers
 
 OUTPUT: list[Any] = [

@@ -13,7 +13,7 @@ import pytest
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.processes import GymServerProcess, gym_python, run_gym_servers, stop_process
 from relax_gym_core.gym.spawn import FORK_SERVER_VAR, spawn_server
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.plugin.servers import NemoGymServer
 
 pytestmark = pytest.mark.e2e  # the NeMo Gym environment's interpreter

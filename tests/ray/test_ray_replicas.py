@@ -28,7 +28,7 @@ import pytest
 
 from relax_gym_core.client import GatewayClient
 from relax_gym_core.gym.processes import gym_python, stop_process
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.replicas.ray import RayLauncher, RayReplica
 from relax_gym_core.replicas.spec import ReplicaSpec, replica_names
 from relax_gym_core.testing import Gate

@@ -23,7 +23,7 @@ import pytest
 from attrs import frozen
 
 from relax_gym_core.client import ClientOptions, GatewayClient
-from relax_gym_core.plugin import converted_row, make_plugin_manager
+from relax_gym_core.plugin.host import converted_row, make_plugin_manager
 from relax_gym_core.policies.oracle import tool_results
 from relax_gym_core.protocol import PROTOCOL_VERSION, CreateTrialRequest, TrialSnapshot, parse_create_request
 from relax_gym_core.testing import (

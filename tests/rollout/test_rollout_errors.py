@@ -14,7 +14,7 @@ import pytest
 from relax_gym_core.cli import main
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.processes import free_ports
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.rollout.engine import check_gateway
 from relax_gym_core.testing.web import GatewayProcess, ScriptedPolicy
 

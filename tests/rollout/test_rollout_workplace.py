@@ -11,7 +11,7 @@ from statistics import fmean
 
 import pytest
 
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.rollout.data import example_rows
 from relax_gym_core.rollout.policy import oracle_token
 from relax_gym_core.testing.web import GatewayProcess

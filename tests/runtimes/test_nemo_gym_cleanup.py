@@ -17,8 +17,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from relax_gym_core.ingym import RELEASED_KEY, rollout_id_of
-from relax_gym_core.plugin import reference_environment
 from relax_gym_core.plugin.cleanup import CleanupURLs
+from relax_gym_core.plugin.host import reference_environment
 from relax_gym_core.plugin.runs import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,

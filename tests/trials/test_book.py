@@ -16,7 +16,6 @@ from relax_gym_core.errors import (
     TrialExpiredError,
     TrialNotFoundError,
 )
-from relax_gym_core.plugin import Admission
 from relax_gym_core.plugin.runs import CLEANUP_CONFIRMED, CLEANUP_UNVERIFIED, CleanupResult, RunResult
 from relax_gym_core.protocol import (
     PROTOCOL_VERSION,
@@ -29,6 +28,7 @@ from relax_gym_core.protocol import (
     TrialStatus,
     unstructure,
 )
+from relax_gym_core.trials import Admission
 from relax_gym_core.trials.book import Cancel, TrialBook
 from relax_gym_core.trials.records import Cause, EnvKey, Phase, Trial
 from relax_gym_core.trials.store import MemoryStore

@@ -10,10 +10,10 @@ import attrs
 import pytest
 
 from relax_gym_core.observe import Observers, Transition, TrialEvent
-from relax_gym_core.plugin import Admission
 from relax_gym_core.plugin.runs import CLEANUP_CONFIRMED, RunResult
 from relax_gym_core.protocol import CleanupState, TrialStatus
 from relax_gym_core.testing import RecordingObserver
+from relax_gym_core.trials import Admission
 from relax_gym_core.trials.book import Cancel, TrialBook
 from relax_gym_core.trials.records import Cause
 from relax_gym_core.trials.store import MemoryStore

@@ -8,19 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import (
-    STATELESS,
-    Hooks,
-    RowError,
-    answer,
-    converted_row,
-    make_plugin_manager,
-)
+from relax_gym_core.plugin import STATELESS, RowError, answer
 from relax_gym_core.protocol import Generation, InterruptPolicy
 from relax_gym_core.testing import (
+    Hooks,
     check_conversion,
     check_registration,
     check_result_mapping,
+    converted_row,
+    make_plugin_manager,
     unscored_answers,
 )
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import Hooks, RowError, answer, converted_row
-from relax_gym_core.testing import check_probes
+from relax_gym_core.plugin import RowError, answer
+from relax_gym_core.testing import Hooks, check_probes, converted_row
 from relax_gym_core.testing.gym import Verifier
 
 from relax_gym_calendar.plugin import CALENDAR

@@ -21,8 +21,16 @@ from attrs import define, field
 from relax_gym_core.errors import InstalledFileUnavailable
 from relax_gym_core.gym.installed import installed_file
 from relax_gym_core.gym.processes import free_ports, run_gym_servers
-from relax_gym_core.plugin import converted_row, make_plugin_manager, verify_body
-from relax_gym_core.testing import RawReply, RecordedRequest, ReplayPlan, ScriptedReply, reply_json
+from relax_gym_core.plugin import verify_body
+from relax_gym_core.testing import (
+    RawReply,
+    RecordedRequest,
+    ReplayPlan,
+    ScriptedReply,
+    converted_row,
+    make_plugin_manager,
+    reply_json,
+)
 from relax_gym_core.testing.processes import start_up
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken, ScriptedPolicy
 

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 from relax_gym_core.gym.probe import probe_environments
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.testing import make_plugin_manager
 
 from relax_gym_catalogue.catalogue import ENTRIES, Entry
 from relax_gym_catalogue.upstream import installed

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.testing import Hooks, make_plugin_manager
 
 from relax_gym_catalogue.catalogue import ENTRIES
 from relax_gym_catalogue.upstream import installed

@@ -12,11 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import STATELESS, Hooks, make_plugin_manager
+from relax_gym_core.plugin import STATELESS
 from relax_gym_core.testing import (
+    Hooks,
     check_conversion,
     check_registration,
     check_result_mapping,
+    make_plugin_manager,
     unscored_answers,
 )
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from relax_gym_core.gym.processes import run_gym_servers
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.testing import make_plugin_manager
 
 from relax_gym_catalogue.upstream import read_server
 

@@ -11,19 +11,15 @@ from typing import Any
 import pytest
 from relax_gym_core.gym.installed import installed_file
 from relax_gym_core.gym.processes import gym_python
-from relax_gym_core.plugin import (
-    STATELESS,
-    Hooks,
-    RowError,
-    converted_row,
-    make_plugin_manager,
-    message,
-)
+from relax_gym_core.plugin import STATELESS, RowError, message
 from relax_gym_core.protocol import Generation, InterruptPolicy
 from relax_gym_core.testing import (
+    Hooks,
     check_conversion,
     check_registration,
     check_result_mapping,
+    converted_row,
+    make_plugin_manager,
     unscored_answers,
 )
 

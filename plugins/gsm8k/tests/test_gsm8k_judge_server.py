@@ -16,8 +16,8 @@ import httpx
 import pytest
 from attrs import define
 from relax_gym_core.gym.processes import free_ports, run_gym_servers
-from relax_gym_core.plugin import Hooks, message, verify_body
-from relax_gym_core.testing import RecordedRequest, ScriptedReply, reply_json
+from relax_gym_core.plugin import message, verify_body
+from relax_gym_core.testing import Hooks, RecordedRequest, ScriptedReply, reply_json
 from relax_gym_core.testing.web import ScriptedPolicy
 
 from relax_gym_gsm8k import plugin

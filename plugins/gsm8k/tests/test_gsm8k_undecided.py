@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
-from relax_gym_core.plugin import Hooks, converted_row, message, verify_body
+from relax_gym_core.plugin import message, verify_body
 from relax_gym_core.protocol import PROTOCOL_VERSION, CleanupState, TrialSnapshot, parse_snapshot
-from relax_gym_core.testing import reply_text
+from relax_gym_core.testing import Hooks, converted_row, reply_text
 from relax_gym_core.testing.gym import Verifier
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken
 

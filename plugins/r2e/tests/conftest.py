@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import Hooks
-from relax_gym_core.testing import plugin_hooks
+from relax_gym_core.testing import Hooks, plugin_hooks
 from relax_gym_core.testing.gym import gym_bwrap
 
 from relax_gym_r2e import plugin

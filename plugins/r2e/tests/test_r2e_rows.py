@@ -11,9 +11,15 @@ from typing import Any
 
 import pytest
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.plugin import CleanupContract, EnvironmentFailure, Hooks, RowError, converted_row
+from relax_gym_core.plugin import CleanupContract, EnvironmentFailure, RowError
 from relax_gym_core.protocol import Generation, InterruptPolicy
-from relax_gym_core.testing import check_conversion, check_registration, check_result_mapping
+from relax_gym_core.testing import (
+    Hooks,
+    check_conversion,
+    check_registration,
+    check_result_mapping,
+    converted_row,
+)
 
 from relax_gym_r2e import prepare, tasks, toolspecs
 from relax_gym_r2e.production import DeadlinePolicy, ProductionPlan

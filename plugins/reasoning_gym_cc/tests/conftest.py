@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from relax_gym_core.plugin import Hooks
-from relax_gym_core.testing import plugin_hooks
+from relax_gym_core.testing import Hooks, plugin_hooks
 
 from relax_gym_reasoning_gym_cc import plugin
 

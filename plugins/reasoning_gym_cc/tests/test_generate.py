@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from relax_gym_core.gym import installed
 from relax_gym_core.gym.processes import gym_python
-from relax_gym_core.plugin import converted_row
-from relax_gym_core.testing import plugin_hooks
+from relax_gym_core.testing import converted_row, plugin_hooks
 
 from relax_gym_reasoning_gym_cc import plugin
 from relax_gym_reasoning_gym_cc.data import EXAMPLE_FILE, TASKS

@@ -4,8 +4,7 @@ bundled example rows, the right answer in the <answer> tags the prompt asks for,
 from __future__ import annotations
 
 import pytest
-from relax_gym_core.plugin import Hooks, converted_row
-from relax_gym_core.testing import OracleScript
+from relax_gym_core.testing import Hooks, OracleScript, converted_row
 
 from relax_gym_reasoning_gym_cc.data import example_rows
 from relax_gym_reasoning_gym_cc.probes import wrong_answer

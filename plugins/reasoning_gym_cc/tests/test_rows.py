@@ -10,21 +10,15 @@ from typing import Any
 import pytest
 from relax_gym_core.gym.installed import example_rows as upstream_example_rows
 from relax_gym_core.ingym import CLEANUP_PATH
-from relax_gym_core.plugin import (
-    CleanupContract,
-    EnvironmentDefinition,
-    EnvironmentFailure,
-    Hooks,
-    RowError,
-    answer,
-    converted_row,
-    make_plugin_manager,
-)
+from relax_gym_core.plugin import CleanupContract, EnvironmentDefinition, EnvironmentFailure, RowError, answer
 from relax_gym_core.protocol import Generation, TrialStatus
 from relax_gym_core.testing import (
+    Hooks,
     check_conversion,
     check_registration,
     check_result_mapping,
+    converted_row,
+    make_plugin_manager,
     unscored_answers,
 )
 

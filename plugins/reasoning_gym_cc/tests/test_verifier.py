@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import Hooks, answer, converted_row, verify_body
-from relax_gym_core.testing import check_probes
+from relax_gym_core.plugin import answer, verify_body
+from relax_gym_core.testing import Hooks, check_probes, converted_row
 from relax_gym_core.testing.gym import Verifier
 
 from relax_gym_reasoning_gym_cc.data import example_rows

@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import Hooks
-from relax_gym_core.testing import plugin_hooks
+from relax_gym_core.testing import Hooks, plugin_hooks
 
 from relax_gym_workplace import plugin
 from relax_gym_workplace.plugin import example_rows

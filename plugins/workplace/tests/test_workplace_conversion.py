@@ -7,9 +7,15 @@ import json
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import CleanupContract, Hooks, RowError, converted_row
+from relax_gym_core.plugin import CleanupContract, RowError
 from relax_gym_core.protocol import Generation, InterruptPolicy
-from relax_gym_core.testing import REFERENCE_NORMALISED, check_conversion, check_registration
+from relax_gym_core.testing import (
+    REFERENCE_NORMALISED,
+    Hooks,
+    check_conversion,
+    check_registration,
+    converted_row,
+)
 
 ENV = "workplace_assistant"
 ROLLOUT = f"{7:032x}-0"

@@ -7,7 +7,8 @@ import copy
 import json
 from typing import Any
 
-from relax_gym_core.plugin import Hooks, VerifierProbe
+from relax_gym_core.plugin import VerifierProbe
+from relax_gym_core.testing import Hooks
 
 from relax_gym_workplace.probes import probes_for_row
 

@@ -6,9 +6,8 @@ import copy
 from typing import Any
 
 import pytest
-from relax_gym_core.plugin import Hooks
 from relax_gym_core.protocol import TrialStatus
-from relax_gym_core.testing import check_result_mapping, unscored_answers
+from relax_gym_core.testing import Hooks, check_result_mapping, unscored_answers
 
 from relax_gym_workplace.plugin import count_turns
 

@@ -15,9 +15,9 @@ import pytest
 from attrs import define, field
 from relax_gym_core.gym.release import observability_wanted
 from relax_gym_core.ingym import released_in
-from relax_gym_core.plugin import Hooks, converted_row, verify_body
+from relax_gym_core.plugin import verify_body
 from relax_gym_core.protocol import Generation
-from relax_gym_core.testing import check_probes
+from relax_gym_core.testing import Hooks, check_probes, converted_row
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse

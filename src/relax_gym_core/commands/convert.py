@@ -14,7 +14,8 @@ from typing import IO
 from relax_gym_core.commands.mix import parse_route, tag_row
 from relax_gym_core.errors import ConversionError, PluginError, RowError
 from relax_gym_core.jsonl import atomic_output, check_distinct, encode, open_source, read_rows
-from relax_gym_core.plugin import EnvironmentDefinition, Hooks, converted_row, make_plugin_manager
+from relax_gym_core.plugin import EnvironmentDefinition
+from relax_gym_core.plugin.host import Hooks, converted_row, make_plugin_manager
 
 
 def _write_rows(

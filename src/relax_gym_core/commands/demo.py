@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.rollout.data import example_rows
 
 POLICY = "oracle:0.3"

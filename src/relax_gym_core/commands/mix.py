@@ -20,8 +20,7 @@ from attrs import frozen
 
 from relax_gym_core.errors import ConversionError
 from relax_gym_core.jsonl import atomic_output, check_distinct, encode, open_source, read_rows
-from relax_gym_core.plugin import Hooks, make_plugin_manager
-from relax_gym_core.plugin.environment import relax_row_problem
+from relax_gym_core.plugin.host import Hooks, make_plugin_manager, relax_row_problem
 from relax_gym_core.rollout.data import ROUTE_KEYS
 
 DEFAULT_SEED = 20260829  # the seed recipe's, so a mix made here matches one made by its script

@@ -10,7 +10,7 @@ from typing import Any
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.processes import gym_python
 from relax_gym_core.gym.release import NemoGymRelease, nemo_gym_release
-from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.plugin.host import Hooks, make_plugin_manager
 
 
 def describe_nemo_gym() -> dict[str, Any]:

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from relax_gym_core.gym.probe import ProbeOutcome, probe_environments
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.plugin.host import make_plugin_manager
 
 
 def format_outcomes(environment: str, outcomes: Sequence[ProbeOutcome]) -> str:

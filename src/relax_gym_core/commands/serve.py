@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from relax_gym_core.bridge import CallbackPolicy
 from relax_gym_core.gateway import EnvironmentSpec, GatewaySettings, create_app, load_environments
 from relax_gym_core.gateway.server import listen, run, url_of
-from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.plugin.host import Hooks, make_plugin_manager
 from relax_gym_core.trials import TrialStore, open_store, resolve_state_dir
 
 

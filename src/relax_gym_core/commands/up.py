@@ -36,7 +36,7 @@ from relax_gym_core.gym.release import (
     observability_config,
     observability_wanted,
 )
-from relax_gym_core.plugin import make_plugin_manager
+from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.plugin.registry import RuntimeFactory
 from relax_gym_core.plugin.specs import specs_for
 from relax_gym_core.replicas.local import LocalLauncher

@@ -32,7 +32,7 @@ from relax_gym_core.gateway.metrics import GatewayMetrics
 from relax_gym_core.gateway.openapi import build_openapi
 from relax_gym_core.gateway.trajectory_api import get_trajectories, get_trajectory
 from relax_gym_core.observe import Observer, Observers
-from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.plugin.host import Hooks, make_plugin_manager
 from relax_gym_core.plugin.registry import RuntimeFactory
 from relax_gym_core.plugin.specs import EnvironmentSpec, environments_document
 from relax_gym_core.protocol import (
@@ -52,6 +52,7 @@ from relax_gym_core.runtimes import ModelRoute, Runtime, builtin
 from relax_gym_core.trajectories import TrajectoryStore
 from relax_gym_core.trials import (
     MEMORY,
+    Admission,
     RecoveryPolicy,
     TrialBook,
     TrialService,
@@ -268,7 +269,7 @@ def create_app(
     Without `store`, trials live where settings.state_dir says (the ledger there is locked until the
     app's lifespan ends).
     """
-    admissions = {spec.key: spec.admission for spec in settings.environments}
+    admissions = {spec.key: Admission.of(spec) for spec in settings.environments}
     metrics = GatewayMetrics()
     hooks = hooks if hooks is not None else make_plugin_manager(load_entry_points=False)
     factories = {**builtin.runtime_factories(hooks), **(runtime_factories or {})}

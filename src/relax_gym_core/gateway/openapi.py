@@ -127,8 +127,8 @@ def _create_example(settings: GatewaySettings) -> dict[str, Any]:
             "api_key": "example-key",
             "model": "m",
         },
-        "interrupt_policy": spec.admission.interrupt_policy.value,
-        "deadline_s": min(60.0, spec.admission.max_deadline_s),
+        "interrupt_policy": spec.interrupt_policy.value,
+        "deadline_s": min(60.0, spec.max_deadline_s),
         "lease_s": 60,
     }
 
@@ -138,7 +138,7 @@ def build_openapi(settings: GatewaySettings) -> dict[str, Any]:
     extra: dict[tuple[str, str], dict[str, Any]] = {
         ("EnvironmentRef", "name"): {"enum": sorted({spec.environment for spec in specs})},
         ("EnvironmentRef", "config"): {"enum": sorted({spec.config for spec in specs})},
-        ("CreateTrialRequest", "deadline_s"): {"maximum": max(s.admission.max_deadline_s for s in specs)},
+        ("CreateTrialRequest", "deadline_s"): {"maximum": max(s.max_deadline_s for s in specs)},
     }
     schemas = _Schemas(closed=settings.unknown_keys == "refuse", extra=extra)
     create = schemas.of(CreateTrialRequest)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from relax_gym_core.plugin.environment import EnvironmentDefinition, startable
+from relax_gym_core.plugin.environment import EnvironmentDefinition
+from relax_gym_core.plugin.host import startable
 from relax_gym_core.plugin.servers import POLICY_MODEL, NemoGymServer
 
 

@@ -24,15 +24,8 @@ from attrs import evolve, frozen
 
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.processes import run_gym_servers
-from relax_gym_core.plugin import (
-    EnvironmentDefinition,
-    Hooks,
-    NemoGymServer,
-    VerifierProbe,
-    converted_row,
-    startable,
-    verify_body,
-)
+from relax_gym_core.plugin import EnvironmentDefinition, NemoGymServer, VerifierProbe, verify_body
+from relax_gym_core.plugin.host import Hooks, converted_row, startable
 from relax_gym_core.protocol import ROLLOUT_TAG, Generation
 
 VERIFY_TIMEOUT_S = 120.0

@@ -9,7 +9,7 @@ object up once per (environment, config) and calls it on every trial: no hook ru
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from attrs import frozen
 
@@ -22,42 +22,12 @@ from relax_gym_core.plugin.servers import NemoGymServer
 from relax_gym_core.protocol import Generation, InterruptPolicy
 from relax_gym_core.protocol.jsonutil import is_finite_json
 
-type EnvKey = tuple[str, str]  # (environment name, config name): what a gateway admits trials under
-
-
-@frozen(kw_only=True)
-class Admission:
-    """Admission policy of one registered (environment, config); the defaults are the reference's."""
-
-    max_concurrency: int = 1
-    queue_capacity: int = 8
-    max_deadline_s: float = 3600.0
-    interrupt_policy: InterruptPolicy = InterruptPolicy.PROTECTED
-
-
-_ADMISSION = Admission()
-
-
-class Limits(Protocol):
-    """Anything that carries an environment's admission limits (a definition, a spec)."""
-
-    @property
-    def interrupt_policy(self) -> InterruptPolicy: ...
-    @property
-    def max_deadline_s(self) -> float: ...
-    @property
-    def max_concurrency(self) -> int: ...
-    @property
-    def queue_capacity(self) -> int: ...
-
-
-def admission_of(limits: Limits) -> Admission:
-    return Admission(
-        max_concurrency=limits.max_concurrency,
-        queue_capacity=limits.queue_capacity,
-        max_deadline_s=limits.max_deadline_s,
-        interrupt_policy=limits.interrupt_policy,
-    )
+# The reference's admission limits: the defaults of every environment (below) and spec (specs.py), and of
+# the trial engine's Admission, the one source of them.
+DEFAULT_MAX_CONCURRENCY = 1
+DEFAULT_QUEUE_CAPACITY = 8
+DEFAULT_MAX_DEADLINE_S = 3600.0
+DEFAULT_INTERRUPT_POLICY = InterruptPolicy.PROTECTED
 
 
 @frozen(kw_only=True)
@@ -74,20 +44,16 @@ class EnvironmentDefinition:
     # What it needs beyond the NeMo Gym environment and a text policy (a vision policy, a pip package, a
     # sandbox...), one short phrase each: `relax-gym plugins` lists them.
     needs: tuple[str, ...] = ()
-    # Admission limits; their defaults are Admission's (the reference's), the one source of them.
-    interrupt_policy: InterruptPolicy = _ADMISSION.interrupt_policy
-    max_deadline_s: float = _ADMISSION.max_deadline_s
-    max_concurrency: int = _ADMISSION.max_concurrency
-    queue_capacity: int = _ADMISSION.queue_capacity
+    # Admission limits (the trial engine admits trials by them); the reference's by default.
+    interrupt_policy: InterruptPolicy = DEFAULT_INTERRUPT_POLICY
+    max_deadline_s: float = DEFAULT_MAX_DEADLINE_S
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    queue_capacity: int = DEFAULT_QUEUE_CAPACITY
     # Servers whose GET / must answer before the environment is ready (default: all of them).
     readiness: tuple[str, ...] | None = None
     # Which runtime runs its trials: "nemo_gym" (its agent server's POST /run), or a runtime a plugin
     # registers with register_runtimes (then `servers` may be empty and `agent` names no server).
     runtime: str = "nemo_gym"
-
-    @property
-    def admission(self) -> Admission:
-        return admission_of(self)
 
     # ---- behaviour (override what differs from the reference) ---------------------------------------
 

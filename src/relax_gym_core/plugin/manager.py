@@ -1,7 +1,8 @@
 """Plugin manager factory (no import-time global) and the typed facade over its registries.
 
-Hooks only register: the facade calls them once, when a registry is first read, and the rest of the core
-works on the registered objects (an environment's methods, a runtime factory).
+Hooks only register: the facade calls them through pluggy once, when a registry is first read, and the rest
+of the core works on the registered objects (an environment's methods, a runtime factory). With
+$RELAX_GYM_TRACE_PLUGINS set, pluggy's hook-call monitoring writes what each plugin registered to stderr.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 import pluggy
 from attrs import frozen
@@ -84,13 +85,26 @@ def make_plugin_manager(
     for name, plugin in plugins:
         if pm.is_blocked(name):
             continue
+        if not isinstance(plugin, Hashable):  # pluggy keeps plugins in sets (Hooks calls one at a time)
+            raise PluginError(
+                f"plugin {name!r} is invalid: a {type(plugin).__name__} is unhashable "
+                "(a plugin is a module, or an object pluggy can keep in a set)"
+            )
         try:
             pm.register(plugin, name=name)
         except (ValueError, pluggy.PluginValidationError) as exc:
             raise PluginError(f"plugin {name!r} is invalid: {exc}") from exc
         infos.append(PluginInfo(name=name, distribution=None, version=None, module=repr(plugin)))
+    _check_pending(pm, infos)
+    if os.environ.get(TRACE_VAR):
+        pm.add_hookcall_monitoring(_before_hook, _trace_hook)
+    return Hooks(pm, infos)
+
+
+def _check_pending(pm: pluggy.PluginManager, infos: list[PluginInfo]) -> None:
+    """A misspelled hookimpl fails here, loudly: a PluginError naming the plugin and the unknown hook."""
     try:
-        pm.check_pending()  # a misspelled hookimpl fails here, loudly
+        pm.check_pending()
     except pluggy.PluginValidationError as exc:
         name = pm.get_name(exc.plugin) or repr(exc.plugin)
         info = next((info for info in infos if info.name == name), None)
@@ -106,27 +120,44 @@ def make_plugin_manager(
             f"plugin {name!r}{where} implements an unknown hook {', '.join(map(repr, unknown))} "
             f"(the hooks are {', '.join(hookspecs.__all__)})"
         ) from exc
-    return Hooks(pm, infos, trace=bool(os.environ.get(TRACE_VAR)))
+
+
+def _before_hook(hook: str, impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, object]) -> None:
+    del hook, impls, kwargs  # the trace line is written when the call returns: it says what was registered
+
+
+def _trace_hook(
+    outcome: pluggy.Result[object],
+    hook: str,
+    impls: Sequence[pluggy.HookImpl],
+    kwargs: Mapping[str, object],
+) -> None:
+    """One stderr line per plugin and hook (stdout carries command output: `relax-gym plugins --json`)."""
+    if not impls:
+        return
+    registrar = kwargs.get("registrar")
+    added = registrar.added if isinstance(registrar, EnvironmentRegistrar | RuntimeRegistrar) else ()
+    what = ", ".join(added) or "nothing"
+    if outcome.exception is not None:
+        what += f", then failed: {type(outcome.exception).__name__}"
+    plugins = ", ".join(repr(impl.plugin_name) for impl in impls)  # one, as Hooks calls them
+    sys.stderr.write(f"relax-gym: plugin {plugins} {hook}: {what}\n")
 
 
 class Hooks:
     """Typed access to what the plugins registered; core code never touches pm.hook directly."""
 
-    def __init__(self, pm: pluggy.PluginManager, plugins: list[PluginInfo], *, trace: bool = False) -> None:
+    def __init__(self, pm: pluggy.PluginManager, plugins: list[PluginInfo]) -> None:
         self.pm = pm
         self.plugins = plugins
         self._registry: EnvironmentRegistry | None = None
         self._runtimes: dict[str, RuntimeFactory] | None = None
-        self._trace = trace
 
     @property
     def environments(self) -> EnvironmentRegistry:
         if self._registry is None:
             registry = EnvironmentRegistry()
-            for impl in self.pm.hook.register_environments.get_hookimpls():
-                before = {definition.name for definition in registry}
-                self._register(impl, {"registrar": EnvironmentRegistrar(registry, impl.plugin_name)})
-                self._say(impl, sorted({definition.name for definition in registry} - before))
+            self._register("register_environments", lambda plugin: EnvironmentRegistrar(registry, plugin))
             self._registry = registry
         return self._registry
 
@@ -135,29 +166,27 @@ class Hooks:
         """Runtime factories by name from the plugins' register_runtimes hooks (built-ins not included)."""
         if self._runtimes is None:
             factories: dict[str, tuple[str, RuntimeFactory]] = {}
-            for impl in self.pm.hook.register_runtimes.get_hookimpls():
-                before = set(factories)
-                self._register(impl, {"registrar": RuntimeRegistrar(factories, impl.plugin_name)})
-                self._say(impl, sorted(set(factories) - before))
+            self._register("register_runtimes", lambda plugin: RuntimeRegistrar(factories, plugin))
             self._runtimes = {name: factory for name, (_plugin, factory) in factories.items()}
         return self._runtimes
 
-    def _register(self, impl: pluggy.HookImpl, args: dict[str, object]) -> None:
-        """Call one plugin's registration hook (one by one, so each gets a registrar naming it; like
-        pluggy, with only the arguments it declares). A crash in it is a PluginError naming the plugin."""
-        try:
-            impl.function(*(args[name] for name in impl.argnames))
-        except RelaxGymError:  # a plugin error, or the operator's (a ConfigError): says what is wrong
-            raise
-        except Exception as exc:
-            raise PluginError(
-                f"plugin {impl.plugin_name!r} failed in {impl.function.__name__}: {type(exc).__name__}: {exc}"
-            ) from exc
-
-    def _say(self, impl: pluggy.HookImpl, registered: list[str]) -> None:
-        if self._trace:  # $RELAX_GYM_TRACE_PLUGINS; stderr: stdout carries command output (plugins --json)
-            names = ", ".join(registered) or "nothing"
-            sys.stderr.write(f"relax-gym: plugin {impl.plugin_name!r} {impl.function.__name__}: {names}\n")
+    def _register(
+        self, hook: str, registrar_for: Callable[[str], EnvironmentRegistrar | RuntimeRegistrar]
+    ) -> None:
+        """Call a registration hook through pluggy one plugin at a time (in registration order), so each
+        gets a registrar naming it. A crash in one is a PluginError naming the plugin."""
+        impls = getattr(self.pm.hook, hook).get_hookimpls()
+        for impl in impls:
+            others = [other.plugin for other in impls if other is not impl]
+            call = self.pm.subset_hook_caller(hook, remove_plugins=others)
+            try:
+                call(registrar=registrar_for(impl.plugin_name))
+            except RelaxGymError:  # a plugin error, or the operator's (a ConfigError): says what is wrong
+                raise
+            except Exception as exc:
+                raise PluginError(
+                    f"plugin {impl.plugin_name!r} failed in {hook}: {type(exc).__name__}: {exc}"
+                ) from exc
 
     def owner(self, environment: str) -> PluginInfo | None:
         name = self.environments.owner(environment)

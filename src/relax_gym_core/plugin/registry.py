@@ -24,9 +24,16 @@ class EnvironmentRegistrar:
     def __init__(self, registry: EnvironmentRegistry, plugin: str) -> None:
         self._registry = registry
         self._plugin = plugin
+        self._added: list[str] = []
 
     def add(self, definition: EnvironmentDefinition) -> None:
         self._registry.add(definition, plugin=self._plugin)
+        self._added.append(definition.name)
+
+    @property
+    def added(self) -> tuple[str, ...]:
+        """The environments the plugin registered through it, in order (the plugin trace shows them)."""
+        return tuple(self._added)
 
 
 def _references(value: Any) -> Iterator[tuple[str, str]]:
@@ -129,6 +136,7 @@ class RuntimeRegistrar:
     def __init__(self, factories: dict[str, tuple[str, RuntimeFactory]], plugin: str) -> None:
         self._factories = factories
         self._plugin = plugin
+        self._added: list[str] = []
 
     def add(self, name: str, factory: RuntimeFactory) -> None:
         if not name.strip():
@@ -139,3 +147,9 @@ class RuntimeRegistrar:
                 f"runtime {name!r} is registered by both plugin {taken[0]!r} and plugin {self._plugin!r}"
             )
         self._factories[name] = (self._plugin, factory)
+        self._added.append(name)
+
+    @property
+    def added(self) -> tuple[str, ...]:
+        """The runtimes the plugin registered through it, in order (the plugin trace shows them)."""
+        return tuple(self._added)

@@ -3,7 +3,7 @@
 The environments file (`relax-gym serve --environments FILE`, or $NEMO_GYM_GATEWAY_ENVIRONMENTS_JSON) is
 the reference's JSON object {config name: spec}. It is read and written with the project's one cattrs
 converter: unknown keys are refused, every problem names the source, the config and the key. The
-admission limits default to Admission's (the reference's 1 / 8 / 3600 s), the one place they are set;
+admission limits default to the reference's (1 / 8 / 3600 s / protected, set once in environment.py);
 the cleanup keys of a spec are a CleanupURLs, the form the runtimes read.
 """
 
@@ -20,13 +20,20 @@ from cattrs.gen import make_dict_structure_fn
 
 from relax_gym_core.errors import ConfigError, FieldError, ProtocolError
 from relax_gym_core.plugin.cleanup import CleanupURLs
-from relax_gym_core.plugin.environment import Admission, EnvironmentDefinition, admission_of
+from relax_gym_core.plugin.environment import (
+    DEFAULT_INTERRUPT_POLICY,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_DEADLINE_S,
+    DEFAULT_QUEUE_CAPACITY,
+    EnvironmentDefinition,
+)
 from relax_gym_core.protocol import InterruptPolicy, converter, structure
 from relax_gym_core.protocol.types import split_http_url
 
-_ADMISSION = Admission()
 _CLEANUP_KEYS = frozenset(a.name for a in attrs.fields(CleanupURLs))
 _RUNTIME_NEEDS_AGENT = "nemo_gym"
+
+type EnvKey = tuple[str, str]  # (environment name, config name): what a gateway admits trials under
 
 
 def _url(name: str) -> Any:
@@ -71,12 +78,10 @@ class EnvironmentSpec:
     runtime: str = field(default=_RUNTIME_NEEDS_AGENT, validator=_non_empty("runtime"))
     agent_name: str | None = field(default=None, validator=_non_empty("agent_name"))
     agent_url: str | None = field(default=None, converter=_no_slash, validator=_url("agent_url"))
-    interrupt_policy: InterruptPolicy = _ADMISSION.interrupt_policy
-    max_concurrency: int = field(
-        default=_ADMISSION.max_concurrency, validator=_at_least("max_concurrency", 1)
-    )
-    queue_capacity: int = field(default=_ADMISSION.queue_capacity, validator=_at_least("queue_capacity", 0))
-    max_deadline_s: float = field(default=_ADMISSION.max_deadline_s, validator=_positive_finite)
+    interrupt_policy: InterruptPolicy = DEFAULT_INTERRUPT_POLICY
+    max_concurrency: int = field(default=DEFAULT_MAX_CONCURRENCY, validator=_at_least("max_concurrency", 1))
+    queue_capacity: int = field(default=DEFAULT_QUEUE_CAPACITY, validator=_at_least("queue_capacity", 0))
+    max_deadline_s: float = field(default=DEFAULT_MAX_DEADLINE_S, validator=_positive_finite)
     # GET answering 2xx when ready; default: the agent's URL.
     readiness_urls: tuple[str, ...] = ()
     cleanup: CleanupURLs = field(factory=CleanupURLs)
@@ -93,12 +98,8 @@ class EnvironmentSpec:
             _url(name)(self, None, getattr(self.cleanup, name))
 
     @property
-    def key(self) -> tuple[str, str]:
+    def key(self) -> EnvKey:
         return (self.environment, self.config)
-
-    @property
-    def admission(self) -> Admission:
-        return admission_of(self)
 
 
 # ---- the file format: flat keys (the reference's), structured with the one converter ------------------
@@ -166,7 +167,7 @@ def parse_environments(text: str, *, source: str) -> tuple[EnvironmentSpec, ...]
     if not isinstance(data, dict) or not data:
         raise ConfigError(f"{source}: must be a non-empty JSON object of config name -> environment spec")
     specs = tuple(parse_spec(source, config, raw) for config, raw in data.items())
-    seen: set[tuple[str, str]] = set()
+    seen: set[EnvKey] = set()
     for spec in specs:
         if spec.key in seen:
             raise ConfigError(f"{source}: duplicate environment/config pair {spec.key!r}")
@@ -180,6 +181,7 @@ def environments_document(specs: tuple[EnvironmentSpec, ...]) -> dict[str, Any]:
 
 
 __all__ = [
+    "EnvKey",
     "EnvironmentSpec",
     "environments_document",
     "parse_environments",

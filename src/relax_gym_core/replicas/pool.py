@@ -36,7 +36,6 @@ import aiohttp
 from attrs import frozen
 
 from relax_gym_core.errors import EnvironmentFailure, ReplicaLostError
-from relax_gym_core.plugin.environment import EnvKey
 from relax_gym_core.plugin.runs import (
     CLEANUP_CONFIRMED,
     CLEANUP_UNVERIFIED,
@@ -46,6 +45,7 @@ from relax_gym_core.plugin.runs import (
     RunResult,
     Runtime,
 )
+from relax_gym_core.plugin.specs import EnvKey
 
 logger = logging.getLogger("relax_gym.replicas")
 

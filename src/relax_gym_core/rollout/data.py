@@ -17,8 +17,7 @@ from attrs import frozen
 
 from relax_gym_core.errors import ConversionError
 from relax_gym_core.jsonl import open_source, read_rows
-from relax_gym_core.plugin import Hooks, converted_row
-from relax_gym_core.plugin.environment import relax_row_problem
+from relax_gym_core.plugin.host import Hooks, converted_row, relax_row_problem
 
 ECHO = "echo"  # the built-in environment: no plugin registers it, every gateway can serve it
 

@@ -25,7 +25,7 @@ import httpx
 from attrs import frozen
 
 from relax_gym_core.errors import ConfigError, RelaxGymError
-from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.plugin.host import Hooks, make_plugin_manager
 from relax_gym_core.protocol import InterruptPolicy
 from relax_gym_core.protocol.types import split_http_url
 from relax_gym_core.rollout.data import DataRow, config_resolver, load_rows, parse_target

@@ -29,7 +29,7 @@ from relax_gym_core.gateway.server import listen, url_of
 from relax_gym_core.gym.config import servers_of
 from relax_gym_core.gym.processes import run_gym_servers
 from relax_gym_core.observe import CallbackOutcome, Transition
-from relax_gym_core.plugin import Hooks
+from relax_gym_core.plugin.host import Hooks
 from relax_gym_core.plugin.specs import specs_for
 from relax_gym_core.protocol.types import split_http_url
 from relax_gym_core.rollout.data import ECHO

@@ -20,7 +20,7 @@ import httpx
 from attrs import field, frozen
 
 from relax_gym_core.errors import ConfigError
-from relax_gym_core.plugin import Hooks, converted_row
+from relax_gym_core.plugin.host import Hooks, converted_row
 from relax_gym_core.protocol import ModelEndpoint
 from relax_gym_core.protocol.types import split_http_url
 from relax_gym_core.rollout.data import task_identity

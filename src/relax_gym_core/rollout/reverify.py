@@ -23,7 +23,8 @@ from attrs import asdict, frozen
 
 from relax_gym_core.errors import ConfigError, ConversionError
 from relax_gym_core.gym.probe import probe_environments
-from relax_gym_core.plugin import Hooks, VerifierProbe, make_plugin_manager
+from relax_gym_core.plugin import VerifierProbe
+from relax_gym_core.plugin.host import Hooks, make_plugin_manager
 from relax_gym_core.rollout.store import load_trajectories, load_trials, read_run
 from relax_gym_core.rollout.summary import is_scored
 

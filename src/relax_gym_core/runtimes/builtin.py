@@ -6,7 +6,8 @@ these names. Each factory imports its runtime when called, so listing the names 
 from __future__ import annotations
 
 from relax_gym_core.errors import PluginError
-from relax_gym_core.plugin import EnvironmentDefinition, Hooks
+from relax_gym_core.plugin import EnvironmentDefinition
+from relax_gym_core.plugin.host import Hooks
 from relax_gym_core.plugin.registry import RuntimeFactory
 from relax_gym_core.plugin.runs import Runtime
 from relax_gym_core.plugin.specs import EnvironmentSpec

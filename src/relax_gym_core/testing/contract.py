@@ -27,13 +27,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from relax_gym_core.errors import PluginError
-from relax_gym_core.plugin import (
-    EnvironmentDefinition,
-    EnvironmentFailure,
-    Hooks,
-    RowError,
-    converted_row,
-)
+from relax_gym_core.plugin import EnvironmentDefinition, EnvironmentFailure, RowError
+from relax_gym_core.plugin.host import Hooks, converted_row
 from relax_gym_core.plugin.runs import RunResult
 from relax_gym_core.plugin.servers import SERVER_KINDS
 from relax_gym_core.protocol import ROLLOUT_ID, ROLLOUT_INDEX, TASK_INDEX, Generation

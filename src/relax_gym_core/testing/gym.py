@@ -32,13 +32,8 @@ from attrs import frozen
 
 from relax_gym_core.gym.probe import resources_server
 from relax_gym_core.gym.processes import PYTHON_VAR, free_ports, gym_python, run_gym_servers
-from relax_gym_core.plugin import (
-    EnvironmentDefinition,
-    Hooks,
-    NemoGymServer,
-    make_plugin_manager,
-    verify_body,
-)
+from relax_gym_core.plugin import EnvironmentDefinition, NemoGymServer, verify_body
+from relax_gym_core.plugin.host import Hooks, make_plugin_manager
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send

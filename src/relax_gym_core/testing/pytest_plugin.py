@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.plugin.host import Hooks, make_plugin_manager
 
 if TYPE_CHECKING:
     from relax_gym_core.testing.gym import GymServers, SharedServers, Verifier

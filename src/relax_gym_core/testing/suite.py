@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
-from relax_gym_core.plugin import Hooks, make_plugin_manager
+from relax_gym_core.plugin.host import Hooks, make_plugin_manager
 from relax_gym_core.testing.contract import (
     REFERENCE_NORMALISED,
     check_conversion,

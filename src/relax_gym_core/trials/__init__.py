@@ -1,14 +1,15 @@
 """Trials: the state machine (TrialBook), its records and store, and the async TrialService.
 
-book.py holds the transitions; its collaborators hold the rest: admission (per-environment queues, slots,
-400/429 checks), timers (deadline/lease heap), rollouts (ids, and the live ones), idempotency (replay
-fingerprints) and events (observer transitions). Stores: MemoryStore, and the durable LedgerStore
-(ledger.py: rows in ledger_rows.py, known ids in idfilter.py) in a state directory (statedir.py);
-recovery.py proves the cleanup of trials a restart ended; callbacks.py holds the abort scope of a model call
-in flight.
+book.py holds the transitions; its collaborators hold the rest: admission (each environment's Admission
+policy, built from its limits, its queue, slots and 400/429 checks), timers (deadline/lease heap), rollouts
+(ids, and the live ones), idempotency (replay fingerprints) and events (observer transitions). Stores:
+MemoryStore, and the durable LedgerStore (ledger.py: rows in ledger_rows.py, known ids in idfilter.py) in a
+state directory (statedir.py); recovery.py proves the cleanup of trials a restart ended; callbacks.py holds
+the abort scope of a model call in flight.
 """
 
-from relax_gym_core.plugin.environment import Admission, EnvKey
+from relax_gym_core.plugin.specs import EnvKey
+from relax_gym_core.trials.admission import Admission
 from relax_gym_core.trials.book import Cancel, TrialBook
 from relax_gym_core.trials.callbacks import CallbackScope
 from relax_gym_core.trials.ledger import LedgerStore

@@ -1,4 +1,4 @@
-"""Admission per registered (environment, config): the policy checks, the FIFO queue and the slot counts.
+"""Admission per registered (environment, config): its policy, the checks, the FIFO queue and the slots.
 
 Only counters and a queue: the trial book decides when a trial moves between them. A trial is admitted
 while queued + running < max_concurrency + queue_capacity. A slot (one of max_concurrency) is held from
@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from typing import Protocol
+
+from attrs import frozen
 
 from relax_gym_core.errors import (
     DeadlineTooLongError,
@@ -17,8 +20,46 @@ from relax_gym_core.errors import (
     PolicyMismatchError,
     QueueFullError,
 )
-from relax_gym_core.plugin.environment import Admission, EnvKey
-from relax_gym_core.protocol import CreateTrialRequest
+from relax_gym_core.plugin.environment import (
+    DEFAULT_INTERRUPT_POLICY,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_DEADLINE_S,
+    DEFAULT_QUEUE_CAPACITY,
+)
+from relax_gym_core.plugin.specs import EnvKey
+from relax_gym_core.protocol import CreateTrialRequest, InterruptPolicy
+
+
+class AdmissionLimits(Protocol):
+    """Anything that carries an environment's admission limits (an EnvironmentDefinition, a spec)."""
+
+    @property
+    def interrupt_policy(self) -> InterruptPolicy: ...
+    @property
+    def max_deadline_s(self) -> float: ...
+    @property
+    def max_concurrency(self) -> int: ...
+    @property
+    def queue_capacity(self) -> int: ...
+
+
+@frozen(kw_only=True)
+class Admission:
+    """Admission policy of one registered (environment, config); the defaults are the reference's."""
+
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    queue_capacity: int = DEFAULT_QUEUE_CAPACITY
+    max_deadline_s: float = DEFAULT_MAX_DEADLINE_S
+    interrupt_policy: InterruptPolicy = DEFAULT_INTERRUPT_POLICY
+
+    @classmethod
+    def of(cls, limits: AdmissionLimits) -> Admission:
+        return cls(
+            max_concurrency=limits.max_concurrency,
+            queue_capacity=limits.queue_capacity,
+            max_deadline_s=limits.max_deadline_s,
+            interrupt_policy=limits.interrupt_policy,
+        )
 
 
 class EnvLine:

@@ -46,8 +46,8 @@ from relax_gym_core.errors import (
     TrialNotFoundError,
 )
 from relax_gym_core.observe import Observers, TrialEvent
-from relax_gym_core.plugin.environment import Admission, EnvKey
 from relax_gym_core.plugin.runs import CleanupResult, RunResult
+from relax_gym_core.plugin.specs import EnvKey
 from relax_gym_core.protocol import (
     PROTOCOL_VERSION,
     CleanupState,
@@ -55,7 +55,7 @@ from relax_gym_core.protocol import (
     TrialSnapshot,
     TrialStatus,
 )
-from relax_gym_core.trials.admission import Admissions
+from relax_gym_core.trials.admission import Admission, Admissions
 from relax_gym_core.trials.events import Clock, transition_emitter
 from relax_gym_core.trials.idempotency import ReplayGuard
 from relax_gym_core.trials.records import Cause, Phase, Trial

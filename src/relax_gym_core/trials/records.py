@@ -8,7 +8,7 @@ from typing import Any
 from attrs import define
 
 from relax_gym_core.observe import TrialEvent
-from relax_gym_core.plugin.environment import EnvKey
+from relax_gym_core.plugin.specs import EnvKey
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, TrialStatus
 
 

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from attrs import frozen
 
 from relax_gym_core.errors import EnvironmentFailure, RolloutUnavailableError, StoreUnavailableError
-from relax_gym_core.plugin.environment import EnvKey
 from relax_gym_core.plugin.runs import (
     CLEANUP_CONFIRMED,
     CLEANUP_FAILED,
@@ -26,6 +25,7 @@ from relax_gym_core.plugin.runs import (
     Runtime,
     Trajectory,
 )
+from relax_gym_core.plugin.specs import EnvKey
 from relax_gym_core.protocol import CleanupState, CreateTrialRequest, Generation, ModelEndpoint, TrialSnapshot
 from relax_gym_core.protocol.text import safe_text
 from relax_gym_core.trajectories import Recorder, TrajectoryStore, trajectory_path
