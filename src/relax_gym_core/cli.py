@@ -8,6 +8,7 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from relax_gym_core.errors import RelaxGymError
@@ -35,6 +36,13 @@ def _plugins(args: argparse.Namespace) -> int:
     from relax_gym_core.commands.plugins import plugins  # noqa: PLC0415
 
     print(plugins(as_json=args.json))  # noqa: T201
+    return 0
+
+
+def _new(args: argparse.Namespace) -> int:
+    from relax_gym_core.commands.new import new_plugin  # noqa: PLC0415
+
+    print(new_plugin(args.name, own_server=args.own_server, directory=args.dir))  # noqa: T201
     return 0
 
 
@@ -233,6 +241,23 @@ def build_parser() -> argparse.ArgumentParser:
     plugins = commands.add_parser("plugins", help="list installed plugins and the environments they register")
     plugins.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     plugins.set_defaults(run=_plugins)
+    new = commands.add_parser(
+        "new", help="a new environment plugin that installs, is listed, probes green and passes the kit"
+    )
+    new.add_argument("name", metavar="NAME", help="the environment's name (also the package relax_gym_NAME)")
+    new.add_argument(
+        "--own-server",
+        action="store_true",
+        help="with a NeMo Gym resources server of its own (verify()), rows shipped with it, probes over them",
+    )
+    new.add_argument(
+        "--dir",
+        type=Path,
+        metavar="DIR",
+        help="where the plugin's directory NAME goes (default: ./plugins inside relax-gym's repository, "
+        "else the current directory)",
+    )
+    new.set_defaults(run=_new)
     convert = commands.add_parser(
         "convert", help="convert a raw NeMo Gym JSONL dataset into a Relax one (input + metadata)"
     )

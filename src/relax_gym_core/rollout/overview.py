@@ -13,8 +13,10 @@ from attrs import frozen
 
 
 class SummarisedRun(Protocol):
-    label: str
-    summary: dict[str, Any]
+    @property
+    def label(self) -> str: ...
+    @property
+    def summary(self) -> dict[str, Any]: ...
 
 
 type Figure = Callable[[Mapping[str, Any]], Any]
