@@ -10,11 +10,12 @@
         def rows(self):
             return example_rows()  # real raw rows of the environment
 
-pytest collects its four tests for the subclass: registration, conversion (the rows, their /run bodies and
-generated broken rows), result mapping (rewards kept; missing rewards and `failure_bodies` never a score),
-and the verifier probes scored by the environment's real verifier (a NeMo Gym server the session shares:
-an e2e test). Override `hooks` (a fixture-like method taking `relax_gym_hooks`) to test a plugin that is
-not installed, with `installed = False`.
+pytest collects its five tests for the subclass: registration, conversion (the rows, their /run bodies and
+generated broken rows), result mapping (rewards kept; missing rewards, `failure_bodies` and what NeMo Gym
+reports as unscored never a score), the verifier probes scored by the environment's real verifier (a NeMo
+Gym server the session shares), and one known-good probe row as a real trial through `relax-gym up` with
+the oracle as its policy (the last two are e2e tests). Override `hooks` (a fixture-like method taking
+`relax_gym_hooks`) to test a plugin that is not installed, with `installed = False`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,16 @@ class EnvironmentContract:
     reported_failures: ClassVar[bool] = True
     require_contrast: ClassVar[bool] = True  # probes must expect at least two different rewards
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Mark the subclass `nemo_gym(environment)`: its server tests then share the session's servers with
+        the other tests of that environment (one worker, one start)."""
+        super().__init_subclass__(**kwargs)
+        if getattr(cls, "environment", None) and cls.installed:
+            import pytest  # noqa: PLC0415 - the kit's tests run under pytest; the module imports without it
+
+            marks = [*getattr(cls, "pytestmark", []), pytest.mark.nemo_gym(cls.environment)]
+            setattr(cls, "pytestmark", marks)  # noqa: B010 - pytest reads the attribute; the class declares none
+
     def rows(self) -> Sequence[Mapping[str, Any]]:
         """Real raw rows of the environment (its dataset's, or upstream's example rows)."""
         raise NotImplementedError(f"{type(self).__name__}.rows() must return real raw rows")
@@ -76,6 +87,18 @@ class EnvironmentContract:
         hooks = self.hooks(relax_gym_hooks)
         verifier = relax_gym_verifier(self.environment, hooks=hooks)
         check_probes(hooks, self.environment, verifier, require_contrast=self.require_contrast)
+
+    def test_trial(self, relax_gym_hooks: Hooks, relax_gym_up: Callable[..., Any]) -> None:
+        """A known-good probe row as a real trial through the environment's agent (`relax-gym up`, the
+        oracle as its policy): the wiring, the /run body and the result mapping, not only /verify."""
+        import pytest  # noqa: PLC0415 - the kit's tests run under pytest; the module imports without it
+
+        from relax_gym_core.testing.trial import check_trial  # noqa: PLC0415 - needs the web stack
+
+        if not self.installed:
+            pytest.skip("`relax-gym up` runs installed plugins only: this one is registered in-process")
+        hooks = self.hooks(relax_gym_hooks)
+        check_trial(hooks, self.environment, relax_gym_up(self.environment).url)
 
 
 def unscored_answers(body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
