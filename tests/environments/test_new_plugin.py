@@ -119,3 +119,22 @@ def test_an_existing_directory_is_never_written_over(tmp_path: Path) -> None:
     assert done.returncode == 2 and "already exists: nothing was written" in done.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["arith"]
     assert [p.name for p in (tmp_path / "arith").iterdir()] == ["mine.txt"]
+
+
+def test_the_countdown_example_is_the_scaffold_plus_its_verifier_and_rows() -> None:
+    """plugins/countdown (docs/plugins.md's second worked example) was made by `relax-gym new countdown
+    --own-server` inside this repository: every file is the generator's, but the two a user writes (the
+    verifier and the rows); nothing was copied from another plugin."""
+    plugin = ROOT / "plugins" / "countdown"
+    written = {"src/relax_gym_countdown/server.py", "src/relax_gym_countdown/data/example.jsonl"}
+    generated = render("countdown", workspace=True)
+    made = [p.relative_to(plugin) for p in plugin.rglob("*") if p.is_file()]
+    mine = sorted(
+        str(p) for p in made if not any(part.startswith(".") or part == "__pycache__" for part in p.parts)
+    )
+    assert mine == sorted(generated)
+    for path, text in generated.items():
+        if path not in written:
+            assert (plugin / path).read_text() == text, path
+    for path in written:
+        assert (plugin / path).read_text() != generated[path], path
