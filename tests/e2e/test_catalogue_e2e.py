@@ -282,3 +282,38 @@ def test_an_oracle_rollout_over_the_catalogue_scores_the_recorded_rewards(
     ]
     assert {"mcqa", "mrcr", "xlam_fc"} <= {r["environment"] for r in document["rescored"]}
     assert "grl_sokoban" in document["refused"] and "cleanup contract" in document["refused"]["grl_sokoban"]
+
+
+async def test_a_failed_run_says_why_in_the_gateways_log(
+    policy: PolicyByToken, stack: GatewayProcess
+) -> None:
+    """An agent that answers 500 (here: a task without the field its verifier reads) fails the trial as
+    agent_error, and the gateway's log carries the last lines the NeMo Gym servers logged: the cause."""
+    token = f"agentic_session_shard_0.session-cat{next(_tokens):04d}"
+    policy.behaviours[token] = lambda _request: reply_text("42")
+    body = {
+        "protocol_version": PROTOCOL_VERSION,
+        "request_id": f"relax-cat-why-{next(_tokens)}",
+        "session": {"session_id": token, "group_id": "cat", "rollout_mode": "eval"},
+        "environment": {
+            "name": "equivalence_rule",
+            "config": config_of("equivalence_rule"),
+            "task": {
+                "messages": [{"role": "user", "content": "6 * 7?"}],
+                "metadata": {},
+            },  # no expected_answer
+        },
+        "model_endpoint": {"base_url": policy.server.base_url, "api_key": token, "model": "m"},
+        "interrupt_policy": "protected",
+        "deadline_s": 300,
+        "lease_s": 60,
+    }
+    request = parse_create_request(json.dumps(body))
+    before = len(stack.output)
+    async with GatewayClient(stack.url) as client:
+        await client.create(request)
+        snapshot = await client.settled(request.request_id, timeout_s=SAFETY_S)
+    assert (snapshot.status.value, snapshot.error) == ("failed", {"code": "agent_error"})
+    said = next(line for line in stack.output[before:] if "NeMo Gym agent /run answered HTTP 500:" in line)
+    assert "calling an inner server" in said and "expected_answer" in said  # the cause, as NeMo Gym put it
+    assert token not in "\n".join(stack.output[before:])

@@ -204,7 +204,8 @@ def up(
         )
 
     def runtimes_of(handle: ReplicaHandle) -> StartedReplica:
-        specs = specs_for(definitions, handle.urls, max_concurrency=max_concurrency)
+        logs = getattr(handle, "logs", None)  # local replicas' server output (a Ray replica's is remote)
+        specs = specs_for(definitions, handle.urls, max_concurrency=max_concurrency, logs=logs)
         by_name = {definition.name: definition for definition in definitions}
         runtimes: dict[tuple[str, str], Runtime] = {
             s.key: factories[s.runtime](s, by_name[s.environment]) for s in specs

@@ -85,6 +85,9 @@ class EnvironmentSpec:
     # GET answering 2xx when ready; default: the agent's URL.
     readiness_urls: tuple[str, ...] = ()
     cleanup: CleanupURLs = field(factory=CleanupURLs)
+    # Where its servers write their output (the agent's first): a failed run quotes their last lines in the
+    # gateway's log, so "agent_error / HTTP 500" comes with its cause. `relax-gym up` fills it in.
+    server_logs: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         if self.runtime == _RUNTIME_NEEDS_AGENT:
@@ -194,15 +197,21 @@ def specs_for(
     urls: Mapping[str, str],
     *,
     max_concurrency: int | None = None,
+    logs: Mapping[str, str] | None = None,
 ) -> tuple[EnvironmentSpec, ...]:
     """Gateway specs for every registered config of `definitions`, whose servers listen at `urls` (base URL
-    by server name, as `relax-gym up` started them)."""
+    by server name, as `relax-gym up` started them) and write their output to `logs` (file by server name)."""
+    logs = logs or {}
     specs = []
     for definition in definitions:
         contract = definition.cleanup
         cleanup = contract.resolve(urls[contract.server] if contract.server else None)
         behind_agent = definition.runtime == "nemo_gym"
         readiness = definition.readiness or tuple(server.name for server in definition.servers)
+        names = sorted(
+            (server.name for server in definition.servers), key=lambda name: name != definition.agent
+        )
+        server_logs = tuple(logs[name] for name in names if name in logs)
         for config in definition.configs:
             specs.append(
                 EnvironmentSpec(
@@ -217,6 +226,7 @@ def specs_for(
                     max_deadline_s=definition.max_deadline_s,
                     readiness_urls=tuple(urls[name] + "/" for name in readiness),
                     cleanup=cleanup,
+                    server_logs=server_logs,
                 )
             )
     return tuple(specs)

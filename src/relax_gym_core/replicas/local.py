@@ -41,6 +41,11 @@ class LocalReplica:
         return "local"
 
     @property
+    def logs(self) -> Mapping[str, str]:
+        """Server name -> the file its output goes to (kept while the replica runs)."""
+        return {name: str(server.log) for name, server in self._servers.items()}
+
+    @property
     def pids(self) -> Mapping[str, int]:
         """Server name -> PID, for operators (and tests) that must address one process."""
         return {name: server.process.pid for name, server in self._servers.items()}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 import aiohttp
@@ -36,8 +37,23 @@ from relax_gym_core.plugin.runs import (
 )
 from relax_gym_core.plugin.specs import EnvironmentSpec
 from relax_gym_core.protocol import jsonutil
+from relax_gym_core.protocol.text import REDACTED, safe_text
 
 logger = logging.getLogger("relax_gym.nemo_gym")
+TAIL_LINES = 30  # of each server's log, quoted when a run fails
+ANSWER_CHARS = 2000  # of a failed /run's answer, quoted likewise
+TAIL_BYTES = 64 * 1024  # read from the end of a log: a long-running server's log is large
+
+
+def log_tail(path: str, lines: int) -> str:
+    """The last `lines` lines of a server's log ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - TAIL_BYTES))
+            text = log.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 class NemoGymRun:
@@ -116,6 +132,7 @@ class NemoGymRuntime:
         self.cleanup = spec.cleanup
         self._run_url = f"{spec.agent_url.rstrip('/')}/run"
         self._readiness_urls = spec.readiness_urls
+        self._server_logs = spec.server_logs
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -142,17 +159,18 @@ class NemoGymRuntime:
     async def start(self, context: RunContext) -> RunHandle:
         body = jsonutil.dumps(self.run_body(context))  # encoded once: sent, and kept as it went
         context.trajectory.run_request(body)
-        call = asyncio.ensure_future(self._post_run(body, context.trajectory))
+        call = asyncio.ensure_future(self._post_run(body, context.trajectory, context.rollout_id))
         return NemoGymRun(self, call, context.rollout_id)
 
     def handle_for(self, rollout_id: str, placement: str | None = None) -> RunHandle:
         return NemoGymRun(self, None, rollout_id)  # the cleanup contract's URLs, with this rollout id
 
-    async def _post_run(self, body: bytes, trajectory: Trajectory) -> dict[str, Any]:
+    async def _post_run(self, body: bytes, trajectory: Trajectory, rollout_id: str) -> dict[str, Any]:
         headers = {"Content-Type": "application/json"}
         async with self.session.post(self._run_url, data=body, headers=headers) as response:
             raw = await response.read()
             if response.status >= 400:
+                self._say_why(response.status, raw, rollout_id)
                 # The body is not quoted: agents echo requests, and the request carries the rollout id.
                 raise AgentRunError(f"NeMo Gym agent /run answered HTTP {response.status}")
         try:
@@ -163,6 +181,17 @@ class NemoGymRuntime:
             raise AgentRunError("NeMo Gym agent response must be a JSON object")
         trajectory.run_answer(raw)
         return payload
+
+    def _say_why(self, status: int, answer: bytes, rollout_id: str) -> None:
+        """A failed /run's cause is in the agent's answer (NeMo Gym's "Hit an exception ... calling an inner
+        server: ...") and in what its servers logged (their tracebacks): both into the gateway's log (not the
+        trial's error), bounded, the rollout id (a live bridge key) masked."""
+        said = safe_text(answer.decode("utf-8", errors="replace"), limit=ANSWER_CHARS, secrets=(rollout_id,))
+        logger.warning("NeMo Gym agent /run answered HTTP %d: %s", status, said or "(no body)")
+        for path in self._server_logs:
+            tail = log_tail(path, TAIL_LINES).replace(rollout_id, REDACTED)
+            if tail:
+                logger.warning("the last lines of %s:\n%s", path, tail)
 
     async def ready(self) -> bool:
         if not self._readiness_urls:
