@@ -33,13 +33,15 @@ from relax_gym_core.protocol import BRIDGE_PREFIX
 from relax_gym_core.protocol.types import REQUEST_ID_MAX_LEN
 from relax_gym_core.replicas.pool import ReplicaPool
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+OPERATIONS = ROOT / "docs" / "operations.md"  # the operations table's page
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # defaults mentioned in passing, anywhere
 TABLE_SECTION = "Operations: limits and timeouts"
 MIB = 1 << 20
 
 
 def section(title: str) -> str:
-    text = README.read_text()
+    text = OPERATIONS.read_text()
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end != -1 else len(text)]
@@ -329,12 +331,17 @@ def test_the_body_caps_cover_every_body_row() -> None:
 MENTION = re.compile(r"`((?:RELAX_GYM|NEMO_GYM)_[A-Z0-9_]+)`\s*(?:\(|,\s+)(\d[\d,_]*(?:\.\d+)?)")
 
 
-def mentions() -> list[tuple[str, str, int]]:
-    text = README.read_text()
-    return [
-        (match.group(1), match.group(2), text.count("\n", 0, match.start()) + 1)
-        for match in MENTION.finditer(text)
-    ]
+def mentions() -> list[tuple[str, str, str]]:
+    """(variable, default, page:line) of every `VAR` (N) the README and the docs pages write."""
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        where = page.relative_to(ROOT)
+        found += [
+            (match.group(1), match.group(2), f"{where}:{text.count(chr(10), 0, match.start()) + 1}")
+            for match in MENTION.finditer(text)
+        ]
+    return found
 
 
 def test_the_readme_mentions_defaults_in_passing() -> None:
@@ -351,7 +358,7 @@ def test_the_readme_mentions_defaults_in_passing() -> None:
 def test_every_default_the_readme_gives_in_passing_is_the_codes(
     variable: str, default: str, line: int
 ) -> None:
-    check_reader(variable, as_documented(default), f"README.md:{line} ({variable} ({default}))")
+    check_reader(variable, as_documented(default), f"{line} ({variable} ({default}))")
 
 
 def test_the_replica_pools_own_defaults_match_the_replica_settings() -> None:

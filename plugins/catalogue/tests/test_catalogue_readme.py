@@ -1,5 +1,5 @@
-"""The README's catalogue table is the registry's: every catalogued environment, its config, agent, needs
-and how many of its recordings are replayed (test_catalogue_probes.py checks that they score as recorded).
+"""The catalogue table (docs/nemo-gym.md) is the registry's: every catalogued environment, its config, agent,
+needs and how many of its recordings are replayed (test_catalogue_probes.py checks that they score as recorded).
 
 The table lists the catalogue on NeMo Gym main; an older NeMo Gym (CI's 0.4.0) registers fewer servers, so
 there its rows are checked and the other rows must be of catalogued servers it does not have."""
@@ -13,7 +13,7 @@ from relax_gym_core.testing import Hooks, make_plugin_manager
 from relax_gym_catalogue.catalogue import ENTRIES
 from relax_gym_catalogue.upstream import installed
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+README = Path(__file__).resolve().parents[3] / "docs" / "nemo-gym.md"  # the catalogue table's page
 BEGIN, END = "<!-- catalogue table: begin -->", "<!-- catalogue table: end -->"
 HEADER = [
     "| environment | config | agent | needs | recorded rollouts replayed |",
