@@ -316,3 +316,33 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
         )
     assert result.returncode == 141
     assert result.stderr == ""
+
+
+def test_a_wiring_typo_is_refused_at_relax_gym_plugins_naming_both(
+    cli: Any, install_dist: Callable[..., Any]
+) -> None:
+    """A plugin whose agent names a resources server it lacks ("countdwn") fails registration: `relax-gym
+    plugins` says which server names what, and what the environment's servers are, in one line."""
+    typo = """
+from relax_gym_core.plugin import STATELESS, EnvironmentDefinition, hookimpl, resources_server, simple_agent
+
+
+@hookimpl
+def register_environments(registrar):
+    registrar.add(EnvironmentDefinition(
+        name="countdown", configs=("countdown",), agent="countdown_simple_agent", cleanup=STATELESS,
+        servers=(
+            resources_server("countdown", "countdown", "relax_gym_countdown.server:Countdown"),
+            simple_agent("countdown_simple_agent", resources="countdwn", max_steps=1),
+        ),
+    ))
+"""
+    dist = install_dist(
+        distribution="relax-gym-typo", entry_points={"typo": "{pkg}.plugin"}, modules={"plugin": typo}
+    )
+    result = cli("plugins", sites=(dist.site,))
+    assert_clean_error(
+        result,
+        "plugin 'typo': environment 'countdown': server 'countdown_simple_agent' names resources server "
+        "'countdwn', which is not one of its servers (countdown, countdown_simple_agent)",
+    )
