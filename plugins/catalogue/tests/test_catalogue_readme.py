@@ -1,5 +1,6 @@
-"""The catalogue table (docs/nemo-gym.md) is the registry's: every catalogued environment, its config, agent,
-needs and how many of its recordings are replayed (test_catalogue_probes.py checks that they score as recorded).
+"""The catalogue table (docs/nemo-gym.md) is the registry's: every catalogued environment, its config,
+agent, needs and how many of its recordings are replayed (test_catalogue_probes.py checks that they score
+as recorded).
 
 The table lists the catalogue on NeMo Gym main; an older NeMo Gym (CI's 0.4.0) registers fewer servers, so
 there its rows are checked and the other rows must be of catalogued servers it does not have."""
