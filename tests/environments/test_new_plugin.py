@@ -63,16 +63,15 @@ def test_the_files_are_the_templates_and_nothing_else(generated: tuple[Path, dic
 
 
 @pytest.mark.e2e
-def test_as_generated_it_is_listed_probes_green_and_passes_the_kit(
+def test_as_generated_it_is_listed_and_passes_the_kit_probes_and_a_real_trial_included(
     generated: tuple[Path, dict[str, str]],
 ) -> None:
     where, environ = generated
     listed = run_cli("plugins", env=environ, timeout_s=SAFETY_S)
     assert listed.returncode == 0, listed.stderr
     assert any(line.split()[:1] == ["arith"] for line in listed.stdout.splitlines()), listed.stdout
-    probed = run_cli("probe", "arith", env=environ, timeout_s=SAFETY_S)
-    assert probed.returncode == 0, probed.stdout + probed.stderr
-    assert "arith: 4/4 probes scored as expected by the real verifier" in probed.stdout
+    # The kit's own tests: its probes scored by the generated verifier (what `relax-gym probe` does) and a
+    # real trial through `relax-gym up` with the oracle.
     kit = subprocess.run(
         [
             sys.executable,
