@@ -254,9 +254,14 @@ def ray_cluster() -> Iterator[RayCluster]:
         assert still_running(seen) == []
 
 
-def test_replicas_spread_over_nodes_die_visibly_and_leave_nothing(ray_cluster: RayCluster) -> None:
+def test_replicas_spread_over_nodes_die_visibly_and_leave_nothing(
+    ray_cluster: RayCluster, request: pytest.FixtureRequest
+) -> None:
     started = time.monotonic()
     launcher = RayLauncher(ray_cluster.address, {REPLICA_RESOURCE: 1})
+    # Closed however the test ends (close() is idempotent): a failure midway would otherwise leave its host
+    # process's pipes and its log directory to the garbage collector, in the next test on this worker.
+    request.addfinalizer(launcher.close)
     host_pid = launcher._process.pid
     names = replica_names(ENVIRONMENT, 3)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
