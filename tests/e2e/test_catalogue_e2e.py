@@ -33,7 +33,7 @@ from relax_gym_core.client import GatewayClient
 from relax_gym_core.plugin import VerifierProbe
 from relax_gym_core.plugin.host import Hooks, converted_row, make_plugin_manager
 from relax_gym_core.policies.replay import ReplayPlan
-from relax_gym_core.protocol import PROTOCOL_VERSION, parse_create_request
+from relax_gym_core.protocol import PROTOCOL_VERSION, CreateTrialRequest, parse_create_request
 from relax_gym_core.rollout.data import example_rows, task_identity
 from relax_gym_core.testing import Gate, RawReply, RecordedRequest, ScriptedReply, reply_text
 from relax_gym_core.testing.processes import run_cli
@@ -86,6 +86,23 @@ def replaying(probe: VerifierProbe) -> Callable[[RecordedRequest], ScriptedReply
 def session_input(hooks: Hooks, environment: str, probe: VerifierProbe) -> dict[str, Any]:
     converted = converted_row(hooks.environments.get(environment), dict(probe.row))
     return {"messages": converted["input"], "metadata": converted["metadata"]}
+
+
+def create_request(
+    policy: PolicyByToken, environment: str, task: dict[str, Any], token: str, request_id: str
+) -> CreateTrialRequest:
+    """A trial of `environment` on `task` in its config, its model calls to this session's policy."""
+    body = {
+        "protocol_version": PROTOCOL_VERSION,
+        "request_id": request_id,
+        "session": {"session_id": token, "group_id": "cat", "rollout_mode": "eval"},
+        "environment": {"name": environment, "config": config_of(environment), "task": task},
+        "model_endpoint": {"base_url": policy.server.base_url, "api_key": token, "model": "m"},
+        "interrupt_policy": "protected",
+        "deadline_s": 300,
+        "lease_s": 60,
+    }
+    return parse_create_request(json.dumps(body))
 
 
 @functools.cache
@@ -189,21 +206,9 @@ async def test_an_abort_after_a_tool_call_releases_the_sessions_subprocess(
         return reply if len(policy.requests_of(token)) <= 1 else reply.held(gate)
 
     policy.behaviours[token] = answer
-    body = {
-        "protocol_version": PROTOCOL_VERSION,
-        "request_id": f"relax-cat-{token}",
-        "session": {"session_id": token, "group_id": "cat", "rollout_mode": "eval"},
-        "environment": {
-            "name": "math_with_code",
-            "config": "math_with_code",
-            "task": session_input(hooks, "math_with_code", probe),
-        },
-        "model_endpoint": {"base_url": policy.server.base_url, "api_key": token, "model": "m"},
-        "interrupt_policy": "protected",
-        "deadline_s": 300,
-        "lease_s": 60,
-    }
-    request = parse_create_request(json.dumps(body))
+    request = create_request(
+        policy, "math_with_code", session_input(hooks, "math_with_code", probe), token, f"relax-cat-{token}"
+    )
     async with GatewayClient(stack.url) as client:
         await client.create(request)
         while len(policy.requests_of(token)) < 2:  # the Python ran; the agent waits on its second call
@@ -291,24 +296,8 @@ async def test_a_failed_run_says_why_in_the_gateways_log(
     agent_error, and the gateway's log carries the last lines the NeMo Gym servers logged: the cause."""
     token = f"agentic_session_shard_0.session-cat{next(_tokens):04d}"
     policy.behaviours[token] = lambda _request: reply_text("42")
-    body = {
-        "protocol_version": PROTOCOL_VERSION,
-        "request_id": f"relax-cat-why-{next(_tokens)}",
-        "session": {"session_id": token, "group_id": "cat", "rollout_mode": "eval"},
-        "environment": {
-            "name": "equivalence_rule",
-            "config": config_of("equivalence_rule"),
-            "task": {
-                "messages": [{"role": "user", "content": "6 * 7?"}],
-                "metadata": {},
-            },  # no expected_answer
-        },
-        "model_endpoint": {"base_url": policy.server.base_url, "api_key": token, "model": "m"},
-        "interrupt_policy": "protected",
-        "deadline_s": 300,
-        "lease_s": 60,
-    }
-    request = parse_create_request(json.dumps(body))
+    task = {"messages": [{"role": "user", "content": "6 * 7?"}], "metadata": {}}  # no expected_answer
+    request = create_request(policy, "equivalence_rule", task, token, f"relax-cat-why-{next(_tokens)}")
     before = len(stack.output)
     async with GatewayClient(stack.url) as client:
         await client.create(request)

@@ -81,17 +81,9 @@ class UpstreamServer:
         return read_jsonl(self.directory / "data" / "example.jsonl")
 
     def offers_tools(self) -> bool:
-        """Whether its tasks give the model tools: its first example row's params name any (one line read,
-        at registration; a server's rows share their tools)."""
-        path = self.directory / "data" / "example.jsonl"
-        try:
-            with path.open(encoding="utf-8") as lines:
-                first = next((line for line in lines if line.strip()), "")
-        except OSError:
-            return True  # nothing says it has none: the bound for tool use, not one generation
-        row = parse_recorded(first) or {}
-        params = row.get("responses_create_params")
-        return bool(params.get("tools")) if isinstance(params, dict) else False
+        """Whether its tasks give the model tools: its first example row's params name any (a server's rows
+        share their tools)."""
+        return _offers_tools(self.directory / "data" / "example.jsonl")
 
     def recorded_lines(self) -> list[str]:
         """The lines of data/example_rollouts.jsonl (a line may be a placeholder, not JSON)."""
@@ -130,6 +122,19 @@ def _example_agent(agents: list[Instance], name: str) -> Instance | None:
 def installed(name: str) -> bool:
     """Whether this NeMo Gym has resources server `name` at all (a later release's may be catalogued)."""
     return (tree() / RESOURCES_KIND / name).is_dir()
+
+
+@functools.cache
+def _offers_tools(path: Path) -> bool:
+    """One line read once per process: every plugin manager registers the catalogue, at every command."""
+    try:
+        with path.open(encoding="utf-8") as lines:
+            first = next((line for line in lines if line.strip()), "")
+    except OSError:
+        return True  # nothing says it has none: the bound for tool use, not one generation
+    row = parse_recorded(first) or {}
+    params = row.get("responses_create_params")
+    return bool(params.get("tools")) if isinstance(params, dict) else False
 
 
 @functools.cache

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 import json
 import logging
@@ -84,9 +85,11 @@ class _CliRun:
     timed_out: bool = False
     seconds: float = 0.0
 
+    @functools.cached_property
     def run_metadata(self) -> tuple[list[Any], dict[str, Any]]:
-        """NeMo Gym >= 0.5's view of it: the parsed output, and the run's metadata with its status
-        (completed, incomplete, failed) and error type, as upstream's claude_code_agent reports them."""
+        """NeMo Gym >= 0.5's view of it, read once the run is over (the observation collector and the answer
+        share it, as upstream's do): the parsed output, and the run's metadata with its status (completed,
+        incomplete, failed) and error type, as upstream's claude_code_agent reports them."""
         items, metadata = parse_stream_json(self.stdout)
         metadata.setdefault("duration_ms", self.seconds * 1000)
         subtype = metadata.get("subtype")
@@ -303,7 +306,7 @@ class SandboxedClaudeCodeAgent(ClaudeCodeAgent):  # type: ignore[misc]
         )
         if not PARSED_ANSWER:
             return cli.stdout, model
-        items, metadata = cli.run_metadata()
+        items, metadata = cli.run_metadata
         return items, model, metadata
 
     async def _run_cli(
@@ -385,7 +388,7 @@ class SandboxedClaudeCodeAgent(ClaudeCodeAgent):  # type: ignore[misc]
     async def _collect(collector: Collector, config_dir: Path, outcome: _CliRun) -> None:
         """NeMo Gym's observations of the run, read from the CLI's config directory while it still exists
         (shielded like the cleanup after it); a collector that fails costs the observations, not the run."""
-        _items, metadata = outcome.run_metadata()
+        _items, metadata = outcome.run_metadata
         try:
             await asyncio.shield(asyncio.to_thread(collector, config_dir, metadata))
         except Exception:
