@@ -15,6 +15,7 @@ import pytest
 
 from relax_gym_core.gym.processes import gym_python
 from relax_gym_core.gym.release import nemo_gym_release, observability_wanted
+from relax_gym_core.gym.spawn import FORK_SERVER_VAR
 from relax_gym_core.testing.web import GatewayProcess, start_up
 
 pytest.importorskip("relax_gym_workplace")
@@ -31,28 +32,51 @@ def alive(pid: int) -> bool:
     return "State:\tZ" not in status  # a zombie has exited
 
 
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+OWN = pytest.mark.nemo_gym(env={FORK_SERVER_VAR: "1"})  # `up` starts its own fork server, as users run it
+
+
 @pytest.mark.slow  # each test stops an `up` of its own (started early, while other tests run)
 @pytest.mark.nemo_gym("workplace_assistant")
 @pytest.mark.parametrize(
-    "stop", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["ctrl-c", "sigterm", "kill-9"]
+    ("stop", "fork_server"),
+    [
+        (signal.SIGINT, "shared"),
+        pytest.param(signal.SIGTERM, "own", marks=OWN),
+        pytest.param(signal.SIGKILL, "own", marks=OWN),
+        (signal.SIGKILL, "shared"),
+    ],
+    ids=["ctrl-c", "sigterm", "kill-9", "kill-9-sharing"],
 )
 def test_up_serves_and_stops_everything_it_started(
-    stop: signal.Signals, relax_gym_fresh_up: GatewayProcess
+    stop: signal.Signals, fork_server: str, relax_gym_fresh_up: GatewayProcess
 ) -> None:
     gateway = relax_gym_fresh_up
     pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", "\n".join(gateway.output))]
     assert len(pids) == 2  # the resources server and the agent
     assert all(alive(pid) for pid in pids)
     assert all(os.getpgid(pid) == pid for pid in pids)  # each its own group: Ctrl-C reaches only `up`
+    # Forked by `up`'s own fork server, or by this test process's, which `up` shares (the suite's way:
+    # NeMo Gym imported once per test process).
+    fork_servers = {parent(pid) for pid in pids}
+    assert len(fork_servers) == 1
+    (fork_server_pid,) = fork_servers
+    assert "relax_gym_core.gym.forkserver" in Path(f"/proc/{fork_server_pid}/cmdline").read_text()
+    assert parent(fork_server_pid) == (gateway.pid if fork_server == "own" else os.getpid())
     ready = httpx.get(f"{gateway.url}/readyz", trust_env=False, timeout=30).json()
     assert ready["ready"] is True  # readiness includes the servers' own liveness
     gateway.process.send_signal(stop)
     assert gateway.process.wait(timeout=120) != 0
-    if stop == signal.SIGKILL:  # no clean-up code ran: the servers' fork server sees `up` gone and stops them
+    if stop == signal.SIGKILL:  # no clean-up code ran: the fork server sees `up` gone and stops them
         deadline = time.monotonic() + SAFETY_S
         while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
     assert not any(alive(pid) for pid in pids)
+    if fork_server == "shared":  # ... and only them: the fork server serves this process and others on
+        assert alive(fork_server_pid)
 
 
 def test_unknown_environment_is_a_clear_error() -> None:

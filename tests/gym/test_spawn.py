@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
 from pathlib import Path
 
+import httpx
 import pytest
 
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.processes import GymServerProcess, gym_python, run_gym_servers, stop_process
-from relax_gym_core.gym.spawn import FORK_SERVER_VAR, spawn_server
+from relax_gym_core.gym.spawn import FORK_SERVER_VAR, ForkServer, shared_fork_server, spawn_server
 from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.plugin.servers import NemoGymServer
+from relax_gym_core.testing.processes import run_cli, start_up
 
 pytestmark = pytest.mark.e2e  # the NeMo Gym environment's interpreter
 
@@ -103,3 +106,37 @@ def test_a_server_module_that_imports_the_cores_dependencies_is_told_the_two_int
         in message
     )
     assert "with the entry point at `<package>.plugin` and a package __init__ that imports nothing" in message
+
+
+def test_commands_sharing_a_fork_server_each_keep_their_own_servers(tmp_path: Path) -> None:
+    """`relax-gym up` given $RELAX_GYM_FORK_SERVER forks its servers from this process's fork server (the
+    suite runs every command so): another command's connection cannot signal them, and they stop with
+    the `up` that asked for them, not with the fork server."""
+    python = gym_python()
+    path = shared_fork_server(python)
+    with start_up(["mcqa"], env={FORK_SERVER_VAR: path}) as gateway:
+        pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", "\n".join(gateway.output))]
+        assert len(pids) == 2
+        fork_server = {
+            int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in pids
+        }
+        assert len(fork_server) == 1 and fork_server != {gateway.pid}  # not `up`'s own: none was started
+        other = ForkServer(python, socket_path=path)  # a third command's connection
+        try:
+            for pid in pids:
+                other.signal(pid, signal.SIGKILL)  # not its own: ignored
+            assert other.exit_code(pids[0]) is None
+        finally:
+            other.close()
+        assert httpx.get(f"{gateway.url}/readyz", trust_env=False, timeout=30).json()["ready"] is True
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+    assert Path(f"/proc/{next(iter(fork_server))}").exists()  # it serves this process on
+
+
+def test_a_fork_server_that_is_not_there_is_one_clear_line(tmp_path: Path) -> None:
+    nowhere = tmp_path / "socket"
+    args = ("up", "mcqa", "--port", "0", "--callback-network", "127.0.0.1/32")
+    done = run_cli(*args, env={FORK_SERVER_VAR: str(nowhere)}, timeout_s=120)
+    assert done.returncode != 0
+    assert f"{FORK_SERVER_VAR}={nowhere}: no fork server answers there" in done.stderr
+    assert "Traceback" not in done.stderr

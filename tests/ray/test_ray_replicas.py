@@ -49,7 +49,8 @@ from ..replicas.support import (
     settle_completed,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# One worker runs both tests under `--dist loadgroup`: the module's cluster starts once, not once per worker.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("ray-cluster")]
 
 STARTUP_TIMEOUT_S = 600.0  # NeMo Gym servers on a 2-core host shared with a Ray cluster
 

@@ -5,6 +5,9 @@ use). With the fork server (the default), a server costs its own start-up only, 
 importing NeMo Gym again; $RELAX_GYM_FORK_SERVER=0 starts each server as its own interpreter instead.
 The fork server is one per interpreter for the life of this process; it stops its children when this
 process closes its stdin or dies, so a killed command leaves no server behind.
+
+$RELAX_GYM_FORK_SERVER=/path/to/socket shares another command's instead (`shared_fork_server` gives the
+path): our servers are still ours alone, and stopped when we end, however we end.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +28,7 @@ from typing import IO, Any, Protocol
 
 from relax_gym_core.errors import ConfigError
 
-__all__ = ["FORK_SERVER_VAR", "ForkServer", "ServerProcess", "spawn_server"]
+__all__ = ["FORK_SERVER_VAR", "ForkServer", "ServerProcess", "shared_fork_server", "spawn_server"]
 
 FORK_SERVER_VAR = "RELAX_GYM_FORK_SERVER"
 LAUNCH = ("-m", "relax_gym_core.gym.launch")
@@ -73,40 +79,67 @@ class ForkedProcess:
 
 
 class ForkServer:
-    """The client side of relax_gym_core.gym.forkserver, running in the NeMo Gym environment."""
+    """The client side of relax_gym_core.gym.forkserver, running in the NeMo Gym environment: our own child
+    (its stdin and stdout our pipes), or one another command shares with us at a Unix socket."""
 
-    def __init__(self, python: str) -> None:
+    def __init__(self, python: str, *, socket_path: str | None = None) -> None:
         self._python = python
         self._lock = threading.Lock()
         self._spawn_lock = threading.Lock()  # one request awaiting its reply at a time
+        self._share_lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._replies: list[dict[str, Any]] = []
         self._exits: dict[int, int] = {}
-        self._process = subprocess.Popen(  # noqa: S603 - our interpreter, our module
-            [python, "-m", "relax_gym_core.gym.forkserver"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            # Its own process group: a terminal's Ctrl-C reaches only the command, which stops servers.
-            process_group=0,
-        )
-        self._stdin: IO[bytes] = self._process.stdin  # type: ignore[assignment]
-        self._reader = threading.Thread(target=self._read, name="relax-gym-forkserver", daemon=True)
+        self._ended = threading.Event()  # its output ended: it exited, or closed our connection
+        self._process: subprocess.Popen[bytes] | None = None
+        self._socket: socket.socket | None = None
+        self._listening: str | None = socket_path  # where other commands may share it
+        self._socket_dir: str | None = None  # the private directory of the socket we asked it to open
+        if socket_path is None:
+            self._process = subprocess.Popen(  # noqa: S603 - our interpreter, our module
+                [python, "-m", "relax_gym_core.gym.forkserver"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                # Its own process group: a terminal's Ctrl-C reaches only the command, which stops servers.
+                process_group=0,
+            )
+            output: IO[bytes] = self._process.stdout  # type: ignore[assignment]
+        else:
+            self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                self._socket.connect(socket_path)
+            except OSError as error:
+                self._socket.close()
+                raise ConfigError(
+                    f"{FORK_SERVER_VAR}={socket_path}: no fork server answers there ({error.strerror})"
+                ) from None
+            output = self._socket.makefile("rb")
+        self._reader = threading.Thread(target=self._read, args=(output,), name="relax-gym-forkserver")
+        self._reader.daemon = True
         self._reader.start()
         ready = self._next_reply(timeout_s=None)
         if "ready" not in ready:
             raise ConfigError(f"the NeMo Gym fork server ({python}) did not start: {ready.get('error')}")
+        theirs = ready.get("python", python)
+        if os.path.abspath(theirs) != os.path.abspath(python):
+            self.close()
+            raise ConfigError(
+                f"{FORK_SERVER_VAR}={socket_path}: that fork server runs {theirs}, "
+                f"not this NeMo Gym's {python}"
+            )
 
-    def _read(self) -> None:
-        assert self._process.stdout is not None
-        for raw in self._process.stdout:
-            message = json.loads(raw)
-            with self._changed:
-                if "exit" in message:
-                    self._exits[int(message["exit"])] = int(message["code"])
-                else:
-                    self._replies.append(message)
-                self._changed.notify_all()
+    def _read(self, output: IO[bytes]) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for raw in output:
+                message = json.loads(raw)
+                with self._changed:
+                    if "exit" in message:
+                        self._exits[int(message["exit"])] = int(message["code"])
+                    else:
+                        self._replies.append(message)
+                    self._changed.notify_all()
         with self._changed:
+            self._ended.set()
             self._replies.append({"error": "the fork server exited"})
             self._changed.notify_all()
 
@@ -116,22 +149,44 @@ class ForkServer:
             return self._replies.pop(0) if self._replies else {"error": "no answer"}
 
     def _send(self, message: Mapping[str, Any]) -> None:
-        self._stdin.write(json.dumps(message).encode() + b"\n")
-        self._stdin.flush()
+        data = json.dumps(message).encode() + b"\n"
+        if self._socket is not None:
+            self._socket.sendall(data)
+        else:
+            assert self._process is not None and self._process.stdin is not None
+            self._process.stdin.write(data)
+            self._process.stdin.flush()
+
+    def _request(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        with self._spawn_lock:
+            with self._lock:
+                self._send(message)
+            return self._next_reply(timeout_s=60.0)
 
     @property
     def running(self) -> bool:
-        return self._process.poll() is None
+        if self._process is not None:
+            return self._process.poll() is None
+        return not self._ended.is_set()
 
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, log: Path) -> ForkedProcess:
-        request = {"op": "spawn", "argv": list(argv), "env": dict(env), "cwd": cwd, "log": str(log)}
-        with self._spawn_lock:
-            with self._lock:
-                self._send(request)
-            reply = self._next_reply(timeout_s=60.0)
+        reply = self._request(
+            {"op": "spawn", "argv": list(argv), "env": dict(env), "cwd": cwd, "log": str(log)}
+        )
         if "pid" not in reply:
             raise ConfigError(f"the NeMo Gym fork server could not start a server: {reply.get('error')}")
         return ForkedProcess(self, int(reply["pid"]))
+
+    def share(self) -> str:
+        """The Unix socket at which other commands may share this fork server (it opens one if need be)."""
+        with self._share_lock:
+            if self._listening is None:
+                self._socket_dir = tempfile.mkdtemp(prefix="relax-gym-fork-")  # 0700: ours alone
+                reply = self._request({"op": "listen", "path": str(Path(self._socket_dir) / "socket")})
+                if "listening" not in reply:
+                    raise ConfigError(f"the NeMo Gym fork server cannot be shared: {reply.get('error')}")
+                self._listening = str(reply["listening"])
+            return self._listening
 
     def exit_code(self, pid: int) -> int | None:
         with self._lock:
@@ -145,18 +200,27 @@ class ForkServer:
         return self.exit_code(pid)
 
     def signal(self, pid: int, sig: int) -> None:
-        with self._lock, contextlib.suppress(BrokenPipeError, ValueError):
+        with self._lock, contextlib.suppress(BrokenPipeError, ValueError, OSError):
             self._send({"op": "signal", "pid": pid, "signal": int(sig)})
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Stop it and every server it still runs (it stops them when its stdin closes)."""
+        """Stop every server it runs for us: our end closed, it stops them (and, if ours, itself)."""
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.shutdown(socket.SHUT_WR)
+            self._ended.wait(timeout_s)  # it closes our connection once our servers have exited
+            self._socket.close()
+            return
+        assert self._process is not None
         with self._lock, contextlib.suppress(BrokenPipeError, ValueError, OSError):
-            self._stdin.close()
+            self._process.stdin.close()  # type: ignore[union-attr]
         try:
             self._process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
 
 
 _servers: dict[str, ForkServer] = {}
@@ -167,8 +231,17 @@ def _fork_server(python: str) -> ForkServer:
     with _servers_lock:
         server = _servers.get(python)
         if server is None or not server.running:
-            server = _servers[python] = ForkServer(python)
+            setting = os.environ.get(FORK_SERVER_VAR, "")
+            server = _servers[python] = ForkServer(
+                python, socket_path=setting if os.path.isabs(setting) else None
+            )
         return server
+
+
+def shared_fork_server(python: str) -> str:
+    """The Unix socket at which this process's fork server for `python` (started if need be) serves other
+    commands: give it to them as $RELAX_GYM_FORK_SERVER and they import NeMo Gym no more."""
+    return _fork_server(python).share()
 
 
 @atexit.register

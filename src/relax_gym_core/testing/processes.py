@@ -16,8 +16,10 @@ from typing import Any
 
 from attrs import frozen
 
+from relax_gym_core.errors import ConfigError
 from relax_gym_core.gateway.server import LISTENING_LINE
-from relax_gym_core.gym.processes import stop_process
+from relax_gym_core.gym.processes import PYTHON_VAR, gym_python, stop_process
+from relax_gym_core.gym.spawn import FORK_SERVER_VAR, shared_fork_server
 from relax_gym_core.trials import MEMORY
 
 _PREFIX = LISTENING_LINE.split("{url}")[0]
@@ -38,10 +40,23 @@ def run_cli(
         capture_output=True,
         text=True,
         timeout=timeout_s,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **sharing(env), **(env or {})},
         cwd=cwd,
         check=False,
     )
+
+
+def sharing(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """$RELAX_GYM_FORK_SERVER for a command a test starts: this process's NeMo Gym fork server, shared, so
+    the suite imports NeMo Gym once per test process, not once per command that starts servers. Not when
+    the test chose the fork server or the NeMo Gym interpreter itself, nor without a NeMo Gym."""
+    chosen = {**os.environ, **(env or {})}
+    if FORK_SERVER_VAR in chosen or PYTHON_VAR in (env or {}):
+        return {}
+    try:
+        return {FORK_SERVER_VAR: shared_fork_server(gym_python())}
+    except ConfigError:  # no NeMo Gym environment here: the command says so itself
+        return {}
 
 
 @frozen
@@ -120,7 +135,12 @@ def _run_cli(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "NEMO_GYM_CALLBACK_ALLOWED_NETWORKS": LOOPBACK_NETWORKS, **(env or {})},
+        env={
+            **os.environ,
+            **sharing(env),
+            "NEMO_GYM_CALLBACK_ALLOWED_NETWORKS": LOOPBACK_NETWORKS,
+            **(env or {}),
+        },
     )
     output: list[str] = []
     ready = threading.Event()
