@@ -12,15 +12,15 @@ import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import anthropic
 import httpx
-import openai
 import pytest
 from attrs import frozen
 
 from relax_gym_core.bridge import CallbackPolicy
 from relax_gym_core.gateway import GatewaySettings, create_app, parse_environments
 from relax_gym_core.testing.web import ScriptedPolicy, ThreadedServer, run_policy, serve_in_thread
+
+from . import sdks
 
 ECHO_SPECS = {"echo": {"environment": "echo", "runtime": "echo", "max_concurrency": 8, "queue_capacity": 8}}
 AGENT_KEY = "agent-side-key"  # what the agent's SDK is configured with; must never reach the policy
@@ -80,11 +80,11 @@ class BridgeGateway:
         response = self.http.post(f"/v1/trials/{trial.request_id}/abort")
         assert response.status_code == 202, response.text
 
-    def openai_client(self, rollout_id: str) -> openai.OpenAI:
+    def openai_client(self, rollout_id: str) -> sdks.openai.OpenAI:
         """One SDK client per rollout id, reused (building clients is the slow part of a call)."""
         client = self._clients.get(("openai", rollout_id))
         if client is None:
-            client = openai.OpenAI(
+            client = sdks.openai.OpenAI(
                 base_url=f"{self.url}/ng-rollout/{rollout_id}/v1",
                 api_key=AGENT_KEY,
                 max_retries=0,
@@ -92,22 +92,22 @@ class BridgeGateway:
             )
             self._clients["openai", rollout_id] = client
             self._closers.append(client.close)
-        assert isinstance(client, openai.OpenAI)
+        assert isinstance(client, sdks.openai.OpenAI)
         return client
 
-    def async_openai_client(self, rollout_id: str) -> openai.AsyncOpenAI:
+    def async_openai_client(self, rollout_id: str) -> sdks.openai.AsyncOpenAI:
         # Closed by the test (an async client must be closed on its own loop).
-        return openai.AsyncOpenAI(
+        return sdks.openai.AsyncOpenAI(
             base_url=f"{self.url}/ng-rollout/{rollout_id}/v1",
             api_key=AGENT_KEY,
             max_retries=0,
             timeout=SDK_TIMEOUT_S,
         )
 
-    def anthropic_client(self, rollout_id: str) -> anthropic.Anthropic:
+    def anthropic_client(self, rollout_id: str) -> sdks.anthropic.Anthropic:
         client = self._clients.get(("anthropic", rollout_id))
         if client is None:
-            client = anthropic.Anthropic(
+            client = sdks.anthropic.Anthropic(
                 base_url=f"{self.url}/ng-rollout/{rollout_id}",
                 api_key=AGENT_KEY,
                 max_retries=0,
@@ -115,11 +115,11 @@ class BridgeGateway:
             )
             self._clients["anthropic", rollout_id] = client
             self._closers.append(client.close)
-        assert isinstance(client, anthropic.Anthropic)
+        assert isinstance(client, sdks.anthropic.Anthropic)
         return client
 
-    def async_anthropic_client(self, rollout_id: str) -> anthropic.AsyncAnthropic:
-        return anthropic.AsyncAnthropic(
+    def async_anthropic_client(self, rollout_id: str) -> sdks.anthropic.AsyncAnthropic:
+        return sdks.anthropic.AsyncAnthropic(
             base_url=f"{self.url}/ng-rollout/{rollout_id}",
             api_key=AGENT_KEY,
             max_retries=0,

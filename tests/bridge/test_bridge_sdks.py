@@ -11,8 +11,6 @@ import asyncio
 import json
 from typing import Any, Literal
 
-import anthropic
-import openai
 import pydantic
 import pytest
 
@@ -32,6 +30,7 @@ from relax_gym_core.testing import (
 )
 from relax_gym_core.testing.web import ScriptedPolicy, run_policy
 
+from . import sdks
 from .conftest import AGENT_KEY, SDK_TIMEOUT_S, BridgeGateway, Trial
 
 RESOURCES = ("chat/completions", "responses", "messages")
@@ -142,7 +141,7 @@ def sdk_call(gateway: BridgeGateway, rollout_id: str, resource: str, *, stream: 
 def assert_unavailable(exc: BaseException, resource: str, stream: bool, *, in_flight: bool = False) -> None:
     """410 with the bridge's detail. A capability already unavailable is refused before any stream starts;
     a Messages stream in flight is already 200, so an abort during it comes in-band."""
-    assert isinstance(exc, (openai.APIStatusError, anthropic.APIStatusError))
+    assert isinstance(exc, (sdks.openai.APIStatusError, sdks.anthropic.APIStatusError))
     if resource == "messages" and stream and in_flight:
         assert exc.status_code == 200
         assert exc.body == {
@@ -519,7 +518,7 @@ def test_messages_stream_upstream_error_is_in_band(
 
     policy.enqueue(reply)
     with (
-        pytest.raises(anthropic.APIStatusError) as info,
+        pytest.raises(sdks.anthropic.APIStatusError) as info,
         gateway.anthropic_client(trial.rollout_id).messages.stream(
             model="claude-agent",
             max_tokens=8,
@@ -537,7 +536,7 @@ def test_messages_stream_upstream_error_is_in_band(
 def test_unprefixed_call_carries_the_capability_in_metadata(
     gateway: BridgeGateway, policy: ScriptedPolicy, trial: Trial
 ) -> None:
-    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=AGENT_KEY, max_retries=0)
+    client = sdks.openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=AGENT_KEY, max_retries=0)
     with client:
         response = client.responses.create(
             model="agent-model", input="hi", metadata={ROLLOUT_TAG: trial.rollout_id, "keep": "x"}
@@ -551,9 +550,9 @@ def test_unprefixed_call_carries_the_capability_in_metadata(
         )
         assert completion.choices[0].message.content == "ok"
 
-        with pytest.raises(openai.NotFoundError):  # no capability at all
+        with pytest.raises(sdks.openai.NotFoundError):  # no capability at all
             client.responses.create(model="agent-model", input="hi", metadata={"keep": "x"})
-        with pytest.raises(openai.APIStatusError) as info:  # a capability nobody holds
+        with pytest.raises(sdks.openai.APIStatusError) as info:  # a capability nobody holds
             client.responses.create(model="agent-model", input="hi", metadata={ROLLOUT_TAG: "0" * 32 + "-0"})
         assert_unavailable(info.value, "responses", stream=False)
 
@@ -572,7 +571,7 @@ def test_unknown_rollout_is_gone(
     gateway: BridgeGateway, policy: ScriptedPolicy, resource: str, stream: bool
 ) -> None:
     gateway.create_trial(policy.base_url)  # a live trial exists; its capability is not this one
-    with pytest.raises((openai.APIStatusError, anthropic.APIStatusError)) as info:
+    with pytest.raises((sdks.openai.APIStatusError, sdks.anthropic.APIStatusError)) as info:
         sdk_call(gateway, "f" * 32 + "-0", resource, stream=stream)
     assert_unavailable(info.value, resource, stream)
     assert policy.requests == []
@@ -583,7 +582,7 @@ def test_aborted_trial_is_gone(gateway: BridgeGateway, policy: ScriptedPolicy, t
     gateway.abort(trial)
     for resource in RESOURCES:
         for stream in (False, True):
-            with pytest.raises((openai.APIStatusError, anthropic.APIStatusError)) as info:
+            with pytest.raises((sdks.openai.APIStatusError, sdks.anthropic.APIStatusError)) as info:
                 sdk_call(gateway, trial.rollout_id, resource, stream=stream)
             assert_unavailable(info.value, resource, stream)
     assert len(policy.requests) == 1  # nothing after the abort reached the policy
@@ -604,7 +603,7 @@ async def test_abort_cancels_an_in_flight_call(
     )
     await policy.wait_for_requests_async(1)
     gateway.abort(trial)
-    with pytest.raises((openai.APIStatusError, anthropic.APIStatusError)) as info:
+    with pytest.raises((sdks.openai.APIStatusError, sdks.anthropic.APIStatusError)) as info:
         await call
     assert_unavailable(info.value, resource, stream, in_flight=True)
     assert not gate.is_open
@@ -629,13 +628,13 @@ def test_upstream_400_reaches_the_sdk(
 ) -> None:
     message = "This model's maximum context length is 32768 tokens."
     policy.enqueue(reply_error(400, message, code="context_length_exceeded", param="messages"))
-    with pytest.raises((openai.BadRequestError, anthropic.BadRequestError)) as info:
+    with pytest.raises((sdks.openai.BadRequestError, sdks.anthropic.BadRequestError)) as info:
         sdk_call(gateway, trial.rollout_id, resource, stream=stream)
     error = info.value
-    assert isinstance(error, (openai.BadRequestError, anthropic.BadRequestError))
+    assert isinstance(error, (sdks.openai.BadRequestError, sdks.anthropic.BadRequestError))
     assert error.status_code == 400
     assert message in str(error)
-    if isinstance(error, openai.BadRequestError):
+    if isinstance(error, sdks.openai.BadRequestError):
         assert (error.code, error.param, error.type) == (
             "context_length_exceeded",
             "messages",
@@ -662,15 +661,17 @@ def test_relax_no_retry_hint_reaches_the_sdk(
 
     def call(base_url: str, api_key: str) -> None:
         if resource == "chat/completions":
+            openai = sdks.openai
             with openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, timeout=SDK_TIMEOUT_S) as client:
                 client.chat.completions.create(model="m", messages=USER)
         else:
+            anthropic = sdks.anthropic
             with anthropic.Anthropic(base_url=base_url, api_key=api_key, timeout=SDK_TIMEOUT_S) as client:
                 client.messages.create(model="m", max_tokens=8, messages=USER)
 
     # Control: an SDK talking to Relax directly obeys the hint and makes exactly one call.
     policy.enqueue(rendering, reply_text("replayed"))
-    with pytest.raises((openai.InternalServerError, anthropic.InternalServerError)):
+    with pytest.raises((sdks.openai.InternalServerError, sdks.anthropic.InternalServerError)):
         call(policy.base_url, trial.token)
     assert len(policy.requests) == 1
     policy.clear()
@@ -679,13 +680,13 @@ def test_relax_no_retry_hint_reaches_the_sdk(
     error: Exception | None = None
     try:
         call(f"{gateway.url}/ng-rollout/{trial.rollout_id}", AGENT_KEY)
-    except (openai.InternalServerError, anthropic.InternalServerError) as exc:
+    except (sdks.openai.InternalServerError, sdks.anthropic.InternalServerError) as exc:
         error = exc
     replays = len(policy.requests) - 1
     assert replays == 0, (
         f"the agent SDK replayed the rendering-error turn {replays} time(s) through the bridge"
     )
-    assert isinstance(error, (openai.InternalServerError, anthropic.InternalServerError))
+    assert isinstance(error, (sdks.openai.InternalServerError, sdks.anthropic.InternalServerError))
     assert error.response.headers.get("x-should-retry") == "false"
 
 
@@ -694,10 +695,10 @@ def test_upstream_rejecting_the_session_token_is_a_401(gateway: BridgeGateway) -
         good = gateway.create_trial(policy.base_url, token="the-real-session")
         stale = gateway.create_trial(policy.base_url, token="a-finished-session")
         assert sdk_call(gateway, good.rollout_id, "chat/completions") == "ok"
-        with pytest.raises(openai.AuthenticationError) as info:
+        with pytest.raises(sdks.openai.AuthenticationError) as info:
             sdk_call(gateway, stale.rollout_id, "responses")
         assert info.value.status_code == 401
-        with pytest.raises(anthropic.AuthenticationError):
+        with pytest.raises(sdks.anthropic.AuthenticationError):
             sdk_call(gateway, stale.rollout_id, "messages")
         assert [r.bearer for r in policy.requests] == [
             "the-real-session",
@@ -769,8 +770,8 @@ def test_slow_openai_stream_commits_and_keeps_alive(
     def open_gate(_response: Any) -> None:
         gates.pop(0).open()
 
-    http_client = openai.DefaultHttpxClient(event_hooks={"response": [open_gate]})
-    with openai.OpenAI(
+    http_client = sdks.openai.DefaultHttpxClient(event_hooks={"response": [open_gate]})
+    with sdks.openai.OpenAI(
         base_url=f"{gateway.url}/ng-rollout/{trial.rollout_id}/v1",
         api_key=AGENT_KEY,
         max_retries=0,
@@ -791,9 +792,9 @@ def test_slow_openai_stream_commits_and_keeps_alive(
 
         gates.append(Gate())
         policy.enqueue(reply_error(400, "context too long", code="context_length_exceeded").held(gates[0]))
-        with pytest.raises(openai.APIError) as info:
+        with pytest.raises(sdks.openai.APIError) as info:
             stream_text()
-        assert not isinstance(info.value, openai.APIStatusError)  # in-band, not an HTTP 400
+        assert not isinstance(info.value, sdks.openai.APIStatusError)  # in-band, not an HTTP 400
         assert info.value.message == "context too long"
         assert info.value.body == {
             "message": "context too long",

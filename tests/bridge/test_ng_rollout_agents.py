@@ -16,9 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import anthropic
 import httpx
-import openai
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -28,6 +26,8 @@ from starlette.routing import Route
 from relax_gym_core.protocol import PROTOCOL_VERSION
 from relax_gym_core.testing import RecordedRequest, ScriptedReply, reply_text
 from relax_gym_core.testing.web import GatewayProcess, PolicyByToken, ThreadedServer, start_gateway
+
+from . import sdks
 
 ANSWERS = {"chat/completions": "from chat", "responses": "from responses", "messages": "from messages"}
 SAFETY_S = 60.0  # a bound for a hung test, not a timing assertion
@@ -60,7 +60,7 @@ class NemoGymAgent:
             async with httpx.AsyncClient(trust_env=False, timeout=SAFETY_S) as http:
                 self.hello.append((await http.head(f"{base}/api/hello")).status_code)
         key = "agent-side-key"  # what an agent holds; never forwarded
-        async with openai.AsyncOpenAI(base_url=f"{base}/v1", api_key=key, timeout=SAFETY_S) as chat:
+        async with sdks.openai.AsyncOpenAI(base_url=f"{base}/v1", api_key=key, timeout=SAFETY_S) as chat:
             completion = await chat.chat.completions.create(
                 model="agent-model", messages=params["input"], temperature=0.5, **tag
             )
@@ -68,7 +68,7 @@ class NemoGymAgent:
             response = await chat.responses.create(model="agent-model", input=params["input"], **tag)
             answers.append(response.output_text)
         extra = {"extra_body": tag} if tag else {}
-        async with anthropic.AsyncAnthropic(base_url=base, api_key=key, timeout=SAFETY_S) as claude:
+        async with sdks.anthropic.AsyncAnthropic(base_url=base, api_key=key, timeout=SAFETY_S) as claude:
             messages = claude.messages.stream(
                 model="agent-model", max_tokens=64, messages=params["input"], **extra
             )

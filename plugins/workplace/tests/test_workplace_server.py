@@ -245,10 +245,10 @@ def test_a_seed_after_cleanup_is_refused(stack: Stack, rows: list[dict[str, Any]
 def test_many_seed_and_verify_cycles_leave_no_session(stack: Stack, rows: list[dict[str, Any]]) -> None:
     row = normalise_row(rows[1])
     before = sessions(stack)
-    for cycle in range(200):
-        rollout_id = f"{cycle:032x}-0"
-        body = run_body(row, rollout_id)
-        with client(stack.resources) as c:
+    with client(stack.resources) as c:
+        for cycle in range(200):
+            rollout_id = f"{cycle:032x}-0"
+            body = run_body(row, rollout_id)
             assert c.post("/seed_session", json=body).status_code == 200
             assert c.post("/verify", json=verify_body(body, message_only(str(cycle)))).status_code == 200
     assert sessions(stack) == before == 0

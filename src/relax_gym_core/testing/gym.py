@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlsplit
 
 import httpx
-from attrs import frozen
+from attrs import field, frozen
 
 from relax_gym_core.gym.probe import resources_server
 from relax_gym_core.gym.processes import PYTHON_VAR, free_ports, gym_python, run_gym_servers
@@ -55,8 +55,18 @@ class Verifier:
     """A running verifying server: call it as ``verify(row, output) -> reward`` (check_probes' `verify`)."""
 
     url: str  # the resources server's base URL, for tests that call its other routes
+    # One connection pool for the server set's life (closed with it): a client is ~30 ms of CPU to make
+    # (its TLS context), and the suite verifies thousands of answers.
+    http: httpx.Client | None = field(default=None, eq=False, repr=False)
+
+    @classmethod
+    def at(cls, url: str, stack: contextlib.ExitStack) -> Verifier:
+        client = stack.enter_context(httpx.Client(base_url=url, trust_env=False, timeout=VERIFY_TIMEOUT_S))
+        return cls(url, client)
 
     def post(self, body: Mapping[str, Any]) -> httpx.Response:
+        if self.http is not None:
+            return self.http.post("/verify", json=dict(body))
         with httpx.Client(base_url=self.url, trust_env=False, timeout=VERIFY_TIMEOUT_S) as client:
             return client.post("/verify", json=dict(body))
 
@@ -368,7 +378,7 @@ class SharedServers:
         running = stack.enter_context(
             run_gym_servers([server], gateway_host="127.0.0.1", gateway_port=nobody, python=self._python)
         )
-        return Verifier(running[server.name].url)
+        return Verifier.at(running[server.name].url, stack)
 
     def _start_servers(self, stack: contextlib.ExitStack, *, definition: EnvironmentDefinition) -> GymServers:
         resources = resources_server(definition)
@@ -387,7 +397,7 @@ class SharedServers:
             resources=urls[resources.name],
             agent=urls[definition.agent],
             model=slot,
-            verify=Verifier(urls[resources.name]),
+            verify=Verifier.at(urls[resources.name], stack),
         )
 
     def _start_up(
