@@ -20,7 +20,6 @@ from typing import Protocol
 
 import aiohttp
 import attrs
-import httpx
 import pyreqwest.exceptions as pyreqwest_errors
 import yarl
 from attrs import frozen
@@ -178,6 +177,8 @@ class HttpxUpstream:
     """httpx pool, kept for side-by-side measurement and for hosts where aiohttp is unwanted."""
 
     def __init__(self, *, proxy: str | None = None, limit: int = 4096) -> None:
+        import httpx  # noqa: PLC0415 - only this pool needs it: the gateway's start-up imports no httpx
+
         self._client = httpx.AsyncClient(
             trust_env=False,
             proxy=proxy,
@@ -188,6 +189,8 @@ class HttpxUpstream:
     async def post(
         self, url: str, *, headers: Mapping[str, str], body: bytes, timeout_s: float
     ) -> UpstreamReply:
+        import httpx  # noqa: PLC0415 - imported by __init__ already
+
         timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S))
         try:
             response = await self._client.post(url, content=body, headers=headers, timeout=timeout)

@@ -11,11 +11,12 @@ import math
 import os
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
 from attrs import frozen
 
 from relax_gym_core.errors import ConfigError
@@ -105,25 +106,32 @@ class GymServerProcess:
 def _wait_ready(servers: list[GymServerProcess], timeout_s: float) -> None:
     pending = {server.name: server for server in servers}
     stop = time.monotonic() + timeout_s
-    with httpx.Client(trust_env=False, timeout=2.0) as client:
-        while pending:
-            for name, server in list(pending.items()):
-                if server.process.poll() is not None:
-                    code = server.process.returncode
-                    raise ConfigError(f"NeMo Gym server {name!r} exited with code {code}:\n{server.tail()}")
-                try:
-                    if client.get(f"{server.url}/").status_code == 200:
-                        del pending[name]
-                except httpx.HTTPError:
-                    pass
-            if pending and time.monotonic() > stop:
-                names = ", ".join(sorted(pending))
-                raise ConfigError(
-                    f"NeMo Gym server(s) {names} not ready after {timeout_s:.0f} s "
-                    f"(a busy host may need more: set {STARTUP_TIMEOUT_VAR})"
-                )
-            if pending:
-                time.sleep(0.1)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
+    while True:
+        for name, server in list(pending.items()):
+            if server.process.poll() is not None:
+                code = server.process.returncode
+                raise ConfigError(f"NeMo Gym server {name!r} exited with code {code}:\n{server.tail()}")
+            if _answers_root(opener, server.url):
+                del pending[name]
+        if not pending:
+            return
+        if time.monotonic() > stop:
+            names = ", ".join(sorted(pending))
+            raise ConfigError(
+                f"NeMo Gym server(s) {names} not ready after {timeout_s:.0f} s "
+                f"(a busy host may need more: set {STARTUP_TIMEOUT_VAR})"
+            )
+        time.sleep(0.1)
+
+
+def _answers_root(opener: urllib.request.OpenerDirector, url: str) -> bool:
+    """GET / answers 200 (the standard library's HTTP: a command that starts servers imports no more)."""
+    try:
+        with opener.open(f"{url}/", timeout=2.0) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 @contextlib.contextmanager
