@@ -87,8 +87,29 @@ def working_dirs(pids: list[int]) -> set[Path]:
     return found
 
 
+FORK_SERVER = "relax_gym_core.gym.forkserver"
+
+
+def parent(pid: int) -> int:
+    stat = process_stat(pid)
+    return stat[0] if stat is not None else 0
+
+
+def is_server(pid: int) -> bool:
+    """A NeMo Gym server process: forked by a replica's fork server (the default), or its own interpreter."""
+    line = command_line(pid)
+    return "relax_gym_core.gym.launch" in line or (
+        FORK_SERVER in line and FORK_SERVER in command_line(parent(pid))
+    )
+
+
+def of_gym(pid: int) -> bool:
+    """A server, or the fork server of one."""
+    return "relax_gym_core.gym.launch" in command_line(pid) or FORK_SERVER in command_line(pid)
+
+
 def server_pids(cluster: RayCluster) -> list[int]:
-    return [pid for pid in cluster.processes() if "relax_gym_core.gym.launch" in command_line(pid)]
+    return [pid for pid in cluster.processes() if is_server(pid)]
 
 
 def gone(pids: tuple[int, ...]) -> bool:
@@ -280,7 +301,7 @@ def test_replicas_spread_over_nodes_die_visibly_and_leave_nothing(
     for replica in (first, second):
         assert "ReplicaActor" in command_line(replica.actor_pid)
         assert set(replica.server_pids) <= set(descendants(replica.actor_pid))
-        assert all("relax_gym_core.gym.launch" in command_line(pid) for pid in replica.server_pids)
+        assert all(is_server(pid) for pid in replica.server_pids)
     dirs = working_dirs([*first.server_pids, *second.server_pids])
     assert len(dirs) == 2  # one per replica
     # Nothing of the cluster, the host or the replicas listens beyond loopback.
@@ -288,7 +309,8 @@ def test_replicas_spread_over_nodes_die_visibly_and_leave_nothing(
     addresses = listening(ours)
     assert addresses and [a for a, _ in addresses if not is_loopback(a)] == []
 
-    # 1. The actor's process dies: the handle says so, and its servers died with it (PR_SET_PDEATHSIG).
+    # 1. The actor's process dies: the handle says so, and its servers died with it (its fork server sees
+    # the actor's end of its pipe close and stops them).
     os.kill(first.actor_pid, signal.SIGKILL)
     until(lambda: not first.alive(), "a killed actor's replica reported dead")
     until(lambda: gone(first.server_pids), "the killed actor's servers gone")
@@ -322,7 +344,7 @@ def test_replicas_spread_over_nodes_die_visibly_and_leave_nothing(
     assert left == []
     assert gone(tuple(pid for replica in replicas for pid in (replica.actor_pid, *replica.server_pids)))
     assert still_running({host_pid: "any"}) == [] or gone((host_pid,))
-    assert [p for p in descendants(ray_cluster.process.pid) if "gym.launch" in command_line(p)] == []
+    assert [p for p in descendants(ray_cluster.process.pid) if of_gym(p)] == []
     print(f"whole run {time.monotonic() - started:.1f} s")  # noqa: T201 - reported timing
     for directory in dirs:  # every replica here died hard: nothing could remove its logs
         shutil.rmtree(directory, ignore_errors=True)
@@ -386,7 +408,7 @@ async def test_up_with_ray_replicas_runs_trials_on_both_nodes_and_survives_a_los
         here.update(descendants(gateway.pid))
     # `up` stopped (SIGTERM): every replica's actor and servers are gone from every node, and the host too.
     assert [p for p in ray_cluster.processes() if "ReplicaActor" in command_line(p)] == []
-    assert [p for p in ray_cluster.processes() if "gym.launch" in command_line(p)] == []
+    assert [p for p in ray_cluster.processes() if of_gym(p)] == []
     assert still_running(here) == []
     assert [d for d in survivors if d.exists()] == []  # stopped replicas removed their logs
     for directory in dirs - survivors:  # the lost node's replica could not

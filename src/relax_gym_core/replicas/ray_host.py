@@ -16,10 +16,12 @@ Unasked, {"event": "lost", "replica": ID, "reason"} reports a replica found dead
 server process exited, its node lost): every live replica is pinged each probe interval. The first
 line is {"ready": true, "nodes": [...]} or {"error": ...}. End of stdin (the launcher's process is
 gone) is a close. Every replica is one actor that starts and owns its servers' processes (the way
-processes.run_gym_servers does, on the actor's node address); the actors are not detached, so Ray kills
-them with this driver, and their servers die with them (PR_SET_PDEATHSIG). Imports: the standard library,
-Ray and gym.ports (the core's other modules need packages this environment does not have: the launcher
-builds the config).
+processes.run_gym_servers does, on the actor's node address, forked from a fork server of its own: one
+NeMo Gym import per replica, not one per server); the actors are not detached, so Ray kills them with
+this driver, and their servers die with them (the fork server stops them when the actor's end of its pipe
+closes, and they have PR_SET_PDEATHSIG to it). Imports: the standard library, Ray and the core's modules
+that need nothing else (gym.ports, gym.stop, gym.spawn; the others need packages this environment does not
+have: the launcher builds the config).
 """
 
 from __future__ import annotations
@@ -27,13 +29,10 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
-import ctypes
 import itertools
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,30 +47,12 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError  # type:
 
 import ray  # type: ignore[import-not-found] # the NeMo Gym environment's, untyped for mypy here
 from relax_gym_core.gym.ports import free_ports  # standard library only
+from relax_gym_core.gym.spawn import ServerProcess, spawn_server  # standard library only
 from relax_gym_core.gym.stop import stop_processes  # standard library only
 
 PLACEMENT_GRACE_S = 60.0  # on top of the servers' startup timeout: a worker process to start on the node
 STOP_TIMEOUT_S = 15.0  # a replica's servers: SIGINT to all, then SIGKILL (gym.stop's default budget)
 SHUTDOWN_TIMEOUT_S = 120.0  # a replica's servers, one after the other
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> Callable[[], None]:
-    """A preexec_fn: the child gets SIGKILL when the process that started it dies (however it dies).
-
-    Resolved before fork (the child must not load libraries while the parent's threads hold locks).
-    PR_SET_PDEATHSIG follows the forking thread: the actor's tasks run on its main thread, which lives as
-    long as the actor's process.
-    """
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
 
 
 def _answers_root(opener: urllib.request.OpenerDirector, url: str) -> bool:
@@ -87,7 +68,7 @@ class ReplicaActor:
     """One replica: its NeMo Gym servers, started on this actor's node, dying with this process."""
 
     def __init__(self) -> None:
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.processes: dict[str, ServerProcess] = {}
         self.logs = Path(tempfile.mkdtemp(prefix="relax-gym-replica-"))
 
     def start(
@@ -105,28 +86,24 @@ class ReplicaActor:
             instance = config[server["name"]][server["kind"]][server["implementation"]]
             instance.update(host=host, port=ports[server["name"]])
         urls = {server["name"]: f"http://{host}:{ports[server['name']]}" for server in servers}
-        preexec = _die_with_parent()
         for server in servers:
-            with (self.logs / f"{server['name']}.log").open("wb") as sink:
-                self.processes[server["name"]] = subprocess.Popen(  # noqa: S603 - our interpreter and module
-                    [
-                        sys.executable,  # the node's NeMo Gym environment: Ray runs from it
-                        *("-m", "relax_gym_core.gym.launch", "--server-class", server["server_class"]),
-                        *("--upstream", f"{server['kind']}.{server['implementation']}"),
-                    ],
-                    stdout=sink,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    process_group=0,
-                    preexec_fn=preexec,  # noqa: PLW1509 - resolved before fork, async-signal-safe call
-                    env={
-                        **os.environ,
-                        "NEMO_GYM_CONFIG_DICT": json.dumps(config),
-                        "NEMO_GYM_CONFIG_PATH": server["name"],
-                        "HF_HOME": str(self.logs / "hf"),  # NeMo Gym writes caches into the working dir
-                    },
-                    cwd=self.logs,
-                )
+            # The node's NeMo Gym environment (Ray runs from it); $RELAX_GYM_FORK_SERVER=0 on the node starts
+            # each server as its own interpreter instead.
+            self.processes[server["name"]] = spawn_server(
+                sys.executable,
+                [
+                    *("--server-class", server["server_class"]),
+                    *("--upstream", f"{server['kind']}.{server['implementation']}"),
+                ],
+                env={
+                    **os.environ,
+                    "NEMO_GYM_CONFIG_DICT": json.dumps(config),
+                    "NEMO_GYM_CONFIG_PATH": server["name"],
+                    "HF_HOME": str(self.logs / "hf"),  # NeMo Gym writes caches into the working dir
+                },
+                cwd=str(self.logs),
+                log=self.logs / f"{server['name']}.log",
+            )
         try:
             self._wait_ready(name, urls, timeout_s)
         except BaseException:
