@@ -82,12 +82,15 @@ def test_rewards_pass_through(snap: Any, reward: Any) -> None:
 
 
 def test_trajectory_counts_ride_as_numbers_relax_logs(snap: Any) -> None:
-    counts = {"model_calls": 3, "agent_turns": 3, "tool_calls": 2, "tool_outputs": 2, "input_tokens": 90}
+    counts = {"model_calls": 3, "answered_calls": 3, "tool_calls": 2, "tool_outputs": 2, "input_tokens": 90}
     output = build_output(snap(reward=1.0), {**counts, "output_tokens": None, "model_stop_reason": "stop"})
     metadata = output["metadata"]
     assert {key: metadata[key] for key in counts} == counts
     assert "output_tokens" not in metadata and "model_stop_reason" not in metadata  # numbers only
     assert metadata["rollout_stop_reason"] == "completed"
+    # Relax's names for turns (its rollout dump's agent_turns is its rollout_turns: distinct responses on the
+    # exported lineage) are never ours: a metric logged under one name keeps one meaning.
+    assert not {"agent_turns", "rollout_turns", "num_turn", "turn_count"} & set(metadata)
 
 
 def test_scalar_reward_is_unwrapped(snap: Any) -> None:

@@ -75,7 +75,7 @@ def test_success_writes_the_output_file(gateway: GatewayProcess, session: Any, s
             },
             "rollout_stop_reason": "completed",
             # The trajectory's counts, as numbers Relax logs as metrics (this echo trial asked no model).
-            **dict.fromkeys(("model_calls", "agent_turns", "tool_calls", "tool_outputs"), 0),
+            **dict.fromkeys(("model_calls", "answered_calls", "tool_calls", "tool_outputs"), 0),
             **dict.fromkeys(("input_tokens", "output_tokens"), 0),
         },
     }

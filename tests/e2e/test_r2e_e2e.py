@@ -164,7 +164,7 @@ async def test_a_policy_fixing_the_bug_with_the_tools_scores_one(
     async with httpx.AsyncClient(base_url=stack.url, trust_env=False) as http:
         document = (await http.get(str(snapshot.artifact_ref))).json()
     counts = document["counts"]
-    assert (counts["agent_turns"], counts["tool_calls"], counts["tool_outputs"]) == (5, 4, 4)
+    assert (counts["answered_calls"], counts["tool_calls"], counts["tool_outputs"]) == (5, 4, 4)
     last_request = document["model_calls"][-1]["request"]
     kept = [item["output"] for item in last_request["input"] if item.get("type") == "function_call_output"]
     assert kept == seen[-1]

@@ -195,7 +195,7 @@ async def test_oracle_from_probes_solves_every_example_row(policy: PolicyByToken
         documents = [(await http.get(str(snapshot.artifact_ref))).json() for snapshot in snapshots]
     assert [d["counts"]["tool_calls"] for d in documents] == ground_truth_calls
     assert [d["counts"]["tool_outputs"] for d in documents] == ground_truth_calls
-    assert [d["counts"]["agent_turns"] for d in documents] == [n + 1 for n in ground_truth_calls]
+    assert [d["counts"]["answered_calls"] for d in documents] == [n + 1 for n in ground_truth_calls]
     outputs = [
         item
         for item in documents[0]["run"]["answer"]["response"]["output"]

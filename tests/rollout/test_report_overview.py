@@ -25,7 +25,7 @@ def stats(trials: int, mean: float | None, p50: float | None = 1.5, **extra: Any
         "pass_at_k": {"1": 0.5, "2": 0.75, "10": 0.9},
         "infra_failures": 1,
         "latency_s": {"p50": p50, "p90": 3.25},
-        "agent_turns": {"mean": 2.0},
+        "answered_calls": {"mean": 2.0},
         "tokens": {"mean": 812.4},
         **extra,
     }

@@ -78,13 +78,13 @@ def test_every_row_runs_k_times_and_failures_stay_out_of_the_mean(
     trajectories = load_trajectories(out)
     assert set(trajectories) == {line["request_id"] for line in lines}
     asked = [line for line in lines if line["row"] == 3]
-    assert {(line["agent_turns"], line["input_tokens"], line["output_tokens"]) for line in asked} == {
+    assert {(line["answered_calls"], line["input_tokens"], line["output_tokens"]) for line in asked} == {
         (2, 22, 14)
     }
     assert all(len(trajectories[line["request_id"]]["model_calls"]) == 2 for line in asked)
     assert {line["stop_reason"] for line in crashed} == {"env_error:agent_error"}
     assert {line["stop_reason"] for line in lines if line["row"] != 4} == {"completed"}
-    assert echo["agent_turns"]["max"] == 2 and echo["tokens"]["max"] == 36
+    assert echo["answered_calls"]["max"] == 2 and echo["tokens"]["max"] == 36
 
     # The key went to the policy (through the gateway's bridge) and nowhere else.
     bridged = policy.model_requests()[calls_before:]

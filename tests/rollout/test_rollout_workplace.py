@@ -82,7 +82,7 @@ def test_oracle_rollout_scores_the_mix_and_the_report_compares_two_runs(
     # Each line says what its trajectory holds, and the trial pages of the comparison show its tool calls
     # with their outputs, both runs side by side; reverify refuses: the verifier reads the trial's session.
     assert all(line["tool_calls"] == line["metrics"]["tool_calls"] for line in trial_lines(trained))
-    assert all(line["tool_outputs"] == line["tool_calls"] and line["agent_turns"] >= 1 for line in lines)
+    assert all(line["tool_outputs"] == line["tool_calls"] and line["answered_calls"] >= 1 for line in lines)
     side_by_side = (base / "compare_files" / "trials" / "1-1.html").read_text()
     assert (
         side_by_side.count("<h2>") == 2

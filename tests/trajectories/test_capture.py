@@ -108,7 +108,7 @@ def test_every_model_call_is_kept_in_order_with_the_run(
     assert [text(call["response"]) for call in calls] == ["ok"] * 2
     assert all(call["usage"]["input_tokens"] > 0 and call["usage"]["output_tokens"] > 0 for call in calls)
     counts = document["counts"]
-    assert (counts["model_calls"], counts["agent_turns"]) == (2, 2)
+    assert (counts["model_calls"], counts["answered_calls"]) == (2, 2)
     assert counts["input_tokens"] == sum(call["usage"]["input_tokens"] for call in calls)
 
 

@@ -150,7 +150,7 @@ def test_counts_take_turns_and_tokens_from_the_calls_and_tools_from_the_environm
     }
     assert counts(document) == {
         "model_calls": 3,
-        "agent_turns": 2,
+        "answered_calls": 2,
         "tool_calls": 2,
         "tool_outputs": 2,  # the environment's record includes the tool run after the last model call
         "input_tokens": 30,

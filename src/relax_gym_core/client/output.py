@@ -80,7 +80,7 @@ def failure_kind(snapshot: TrialSnapshot) -> str:
 
 # A trajectory's counts (the gateway's `counts`) that a trial line records and the output carries as numbers
 # at the top of its metadata, where Relax's rollout logging takes every numeric key as a metric.
-TRAJECTORY_COUNTS = ("agent_turns", "tool_calls", "tool_outputs", "input_tokens", "output_tokens")
+TRAJECTORY_COUNTS = ("answered_calls", "tool_calls", "tool_outputs", "input_tokens", "output_tokens")
 LOGGED_COUNTS = ("model_calls", *TRAJECTORY_COUNTS)
 
 

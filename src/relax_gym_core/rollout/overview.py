@@ -51,7 +51,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("infrastructure failures", lambda stats: stats.get("infra_failures")),
     Column("latency p50 (s)", _of("latency_s", "p50"), 2),
     Column("latency p90 (s)", _of("latency_s", "p90"), 2),
-    Column("agent turns (mean)", _of("agent_turns", "mean"), 1),
+    Column("answered calls (mean)", _of("answered_calls", "mean"), 1),
     Column("tokens (mean)", _of("tokens", "mean"), 0),
 )
 

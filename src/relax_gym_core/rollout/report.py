@@ -136,7 +136,7 @@ def _metrics(stats: Mapping[str, Any]) -> list[tuple[str, Any]]:
         for key in ("trials", "rows", "scored", "infra_failures", "mean_reward", "reward_stdev")
     ]
     found += [(f"pass_at_k.{k}", value) for k, value in stats.get("pass_at_k", {}).items()]
-    for group in ("latency_s", "model_calls", "agent_turns", "tokens"):
+    for group in ("latency_s", "model_calls", "answered_calls", "tokens"):
         for key in ("mean", "p50", "p90", "p99", "max"):
             found.append((f"{group}.{key}", (stats.get(group) or {}).get(key)))
     found += [

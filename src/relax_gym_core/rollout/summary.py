@@ -14,6 +14,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+COUNTED = ("model_calls", "answered_calls")  # per trial, from the trajectory the gateway kept
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100) with linear interpolation between the closest ranks."""
@@ -74,8 +76,7 @@ def group_stats(
         if isinstance(record.get("timings"), dict)
         and isinstance(record["timings"].get("total_s"), int | float)
     ]
-    calls = [float(record["model_calls"]) for record in records if isinstance(record.get("model_calls"), int)]
-    turns = [float(record["agent_turns"]) for record in records if isinstance(record.get("agent_turns"), int)]
+    calls, answered = ([float(r[key]) for r in records if isinstance(r.get(key), int)] for key in COUNTED)
     tokens = [
         float(record["input_tokens"] + record["output_tokens"])
         for record in records
@@ -92,7 +93,7 @@ def group_stats(
         "pass_at_k": passes,
         "latency_s": _distribution(latencies),
         "model_calls": _distribution(calls),
-        "agent_turns": _distribution(turns),  # per trial, from the trajectories the gateway kept
+        "answered_calls": _distribution(answered),  # per trial, from the trajectories the gateway kept
         "tokens": _distribution(tokens),  # input + output, as the model reported them
         "statuses": dict(sorted(Counter(str(record.get("status")) for record in records).items())),
         "cleanup": dict(sorted(Counter(str(record.get("cleanup")) for record in records).items())),

@@ -157,7 +157,7 @@ def _tool_outputs_in(request: Any) -> int:
 
 
 def counts(document: Mapping[str, Any]) -> dict[str, Any]:
-    """What a trajectory amounts to: model calls, agent turns (answered calls), tool calls and outputs,
+    """What a trajectory amounts to: model calls (answered or not), answered calls, tool calls and outputs,
     tokens summed over what the model reported, and the last answer's stop reason."""
     calls = [c for c in document.get("model_calls") or () if isinstance(c, Mapping)]
     answered = [c for c in calls if isinstance(c.get("status"), int) and c["status"] < 400]
@@ -176,7 +176,7 @@ def counts(document: Mapping[str, Any]) -> dict[str, Any]:
         tool_outputs = _of_type(final["output"], "function_call_output")
     return {
         "model_calls": len(calls),
-        "agent_turns": len(answered),
+        "answered_calls": len(answered),
         "tool_calls": tool_calls,
         "tool_outputs": tool_outputs,
         **totals,
