@@ -83,6 +83,27 @@ def _probe(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _relax_args(args: argparse.Namespace) -> int:
+    from relax_gym_core.commands.relax_args import (  # noqa: PLC0415
+        DEFAULT_DEADLINE_S,
+        DEFAULT_GATEWAY,
+        flags,
+        problems,
+    )
+
+    if args.check is None:
+        gateway, deadline_s = args.gateway or DEFAULT_GATEWAY, args.deadline_s or DEFAULT_DEADLINE_S
+        print(flags(args.environments, gateway=gateway, deadline_s=deadline_s))  # noqa: T201
+        return 0
+    found = problems(args.environments, args.check, gateway=args.gateway, deadline_s=args.deadline_s)
+    for problem in found:
+        print(f"relax-gym relax-args: {problem}", file=sys.stderr)  # noqa: T201
+    if found:
+        return 2
+    print("relax-gym relax-args: the command line runs these environments' trials")  # noqa: T201
+    return 0
+
+
 def _rollout(args: argparse.Namespace) -> int:
     from relax_gym_core.rollout.engine import RolloutOptions, rollout  # noqa: PLC0415
 
@@ -304,6 +325,29 @@ def build_parser() -> argparse.ArgumentParser:
         "starting one",
     )
     probe.set_defaults(run=_probe)
+    relax = commands.add_parser(
+        "relax-args",
+        help="the Relax flags that run these environments' trials, or what is wrong in a command line",
+    )
+    relax.add_argument("environments", nargs="+", metavar="ENV", help="environments the rows run in")
+    relax.add_argument(
+        "--gateway",
+        metavar="URL",
+        help="the gateway Relax's clients reach (default http://127.0.0.1:28100; with --check, where to look "
+        "instead of the command's NEMO_GYM_URL)",
+    )
+    relax.add_argument(
+        "--deadline-s",
+        type=float,
+        metavar="S",
+        help="each trial's deadline (default: NEMO_GYM_DEADLINE_S, 1800)",
+    )
+    relax.add_argument(
+        "--check",
+        metavar="COMMAND",
+        help="a Relax command line to check instead (exit 2 naming each problem)",
+    )
+    relax.set_defaults(run=_relax_args)
     _add_rollout(commands)
     return parser
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from attrs import frozen
+from attrs import field, frozen
+from attrs.validators import in_
 
 from relax_gym_core.errors import ConfigError, PluginError
 from relax_gym_core.plugin import reference
@@ -54,6 +55,11 @@ class EnvironmentDefinition:
     # Which runtime runs its trials: "nemo_gym" (its agent server's POST /run), or a runtime a plugin
     # registers with register_runtimes (then `servers` may be empty and `agent` names no server).
     runtime: str = "nemo_gym"
+    # How its agent calls the policy through the bridge: the model API ("responses", "chat/completions" or
+    # "messages"; the trainer must serve that route), and whether it adds tools of its own to those calls
+    # (a coding agent's shell) beyond any its rows carry. `relax-gym relax-args` turns both into flags.
+    model_api: str = field(default="responses", validator=in_(("responses", "chat/completions", "messages")))
+    agent_tools: bool = False
 
     # ---- behaviour (override what differs from the reference) ---------------------------------------
 

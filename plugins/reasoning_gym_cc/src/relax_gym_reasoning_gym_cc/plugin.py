@@ -137,6 +137,8 @@ REASONING_GYM = ReasoningGym(
         + (f"; UNSANDBOXED ({UNSANDBOXED_ENV}=1)" if unsandboxed_requested() else "")
     ),
     needs=("the Claude Code CLI (make gym installs it)", "unprivileged user namespaces for bubblewrap"),
+    model_api="messages",  # the CLI speaks Anthropic Messages
+    agent_tools=True,  # and offers the model its own tools (Bash, ...) in every call
     interrupt_policy=InterruptPolicy.PROTECTED,
     max_deadline_s=900.0,
     max_concurrency=MAX_CONCURRENCY,
