@@ -140,6 +140,12 @@ class _CappedTransport(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+def httpx_transport(max_connections: int) -> httpx.AsyncBaseTransport:
+    """httpx's own pool: what a process making a few requests wants (the thin client's one trial), since
+    aiohttp's lower CPU a request never pays back the ~0.2 s of importing it."""
+    return httpx.AsyncHTTPTransport(trust_env=False, limits=httpx.Limits(max_connections=max_connections))
+
+
 def _default_transport(max_connections: int) -> httpx.AsyncBaseTransport:
     """aiohttp's pool under httpx where aiohttp is installed (the gateway's extra; Relax's environment has
     it): 2-4x less CPU a request than httpx's own pool (client/transport.py). The core alone brings no web
@@ -147,7 +153,7 @@ def _default_transport(max_connections: int) -> httpx.AsyncBaseTransport:
     try:
         from relax_gym_core.client.transport import AiohttpTransport  # noqa: PLC0415 - optional
     except ImportError:
-        return httpx.AsyncHTTPTransport(trust_env=False, limits=httpx.Limits(max_connections=max_connections))
+        return httpx_transport(max_connections)
     return AiohttpTransport(pool_size=max_connections)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 
 from relax_gym_core.client.exceptions import ClientConfigError, TrialCancelledError
-from relax_gym_core.client.http import GatewayClient
+from relax_gym_core.client.http import GatewayClient, httpx_transport
 from relax_gym_core.client.output import build_output, write_output
 from relax_gym_core.client.settings import ClientSettings
 from relax_gym_core.client.trial import run_trial
@@ -60,7 +60,10 @@ async def _run_session(
             tg.start_soon(watch)
             try:
                 async with GatewayClient(
-                    settings.gateway_url, options=settings.options, api_token=settings.api_token
+                    settings.gateway_url,
+                    options=settings.options,
+                    api_token=settings.api_token,
+                    transport=httpx_transport(settings.options.max_connections),  # one trial: a few requests
                 ) as client:
                     snapshot = await run_trial(request, client=client, stop=stop)
                     counts = await _counts(client, request.request_id)
