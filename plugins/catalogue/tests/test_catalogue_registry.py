@@ -11,8 +11,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
-from relax_gym_core.plugin import STATELESS
+from relax_gym_core.plugin import STATELESS, EnvironmentRegistrar, hookimpl
 from relax_gym_core.testing import (
     Hooks,
     check_conversion,
@@ -191,3 +192,24 @@ def test_without_a_nemo_gym_environment_it_registers_nothing_and_says_why(tmp_pa
     assert by_plugin["mcqa"]  # the other plugins are untouched
     assert "relax-gym-catalogue registers nothing" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_plugin_of_its_own_for_a_catalogued_server_takes_its_name(
+    hooks: Hooks, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The catalogue registers after every other plugin (trylast) and leaves a taken name to its owner,
+    whichever order the plugins were installed in: a user's own equivalence_rule plugin is not a duplicate."""
+    theirs = attrs.evolve(hooks.environments.get("equivalence_rule"), description="my own equivalence_rule")
+
+    class Mine:
+        @hookimpl
+        def register_environments(self, registrar: EnvironmentRegistrar) -> None:
+            registrar.add(theirs)
+
+    with caplog.at_level(logging.INFO, logger=plugin.__name__):
+        mine = make_plugin_manager(plugins=[("mine", Mine())])
+        registry = mine.environments
+    assert registry.owner("equivalence_rule") == "mine"
+    assert registry.get("equivalence_rule").description == "my own equivalence_rule"
+    assert registry.owner("arc_agi") == "catalogue"  # the rest is still the catalogue's
+    assert "relax-gym-catalogue leaves equivalence_rule to plugin mine" in caplog.text

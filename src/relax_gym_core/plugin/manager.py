@@ -173,10 +173,12 @@ class Hooks:
     def _register(
         self, hook: str, registrar_for: Callable[[str], EnvironmentRegistrar | RuntimeRegistrar]
     ) -> None:
-        """Call a registration hook through pluggy one plugin at a time (in registration order), so each
-        gets a registrar naming it. A crash in one is a PluginError naming the plugin."""
+        """Call a registration hook through pluggy one plugin at a time, so each gets a registrar naming
+        it: in registration order, except that `tryfirst` hookimpls come first and `trylast` ones last (a
+        plugin that fills gaps, as the catalogue, registers after the others and gives way to them). A crash
+        in one is a PluginError naming the plugin."""
         impls = getattr(self.pm.hook, hook).get_hookimpls()
-        for impl in impls:
+        for impl in sorted(impls, key=lambda impl: 0 if impl.tryfirst else 2 if impl.trylast else 1):
             others = [other.plugin for other in impls if other is not impl]
             call = self.pm.subset_hook_caller(hook, remove_plugins=others)
             try:

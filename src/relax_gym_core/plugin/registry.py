@@ -30,6 +30,11 @@ class EnvironmentRegistrar:
         self._registry.add(definition, plugin=self._plugin)
         self._added.append(definition.name)
 
+    def registered(self, name: str) -> str | None:
+        """The plugin that registered environment `name` already, or None: a plugin that fills gaps (hooked
+        with `trylast=True`, so it runs after the others) leaves a taken name to its owner."""
+        return self._registry.owners.get(name)
+
     @property
     def added(self) -> tuple[str, ...]:
         """The environments the plugin registered through it, in order (the plugin trace shows them)."""
@@ -122,6 +127,11 @@ class EnvironmentRegistry:
     def owner(self, name: str) -> str:
         self.get(name)
         return self._owners[name]
+
+    @property
+    def owners(self) -> Mapping[str, str]:
+        """Environment name -> the plugin that registered it, so far."""
+        return self._owners
 
     def __iter__(self) -> Iterator[EnvironmentDefinition]:
         return iter(sorted(self._definitions.values(), key=lambda d: d.name))

@@ -5,7 +5,8 @@ its agent ships with NeMo Gym, and anything it needs beyond the NeMo Gym environ
 nemo-gym-requirements.txt, installed by `make gym`); or when all it needs beyond that is an LLM judge at an
 endpoint the operator names. The servers that need web APIs, containers, a GPU or a data download are not
 (../shared/reference/nemo-gym-catalog.md, server by server), nor those a dedicated plugin runs (calendar,
-math_with_judge, mcqa, reasoning_gym, workplace_assistant).
+math_with_judge, mcqa, reasoning_gym, workplace_assistant). A plugin installed later that registers one of
+these names takes it: the catalogue registers after every other plugin and leaves a taken name alone.
 
 `needs` is what an operator must provide beyond the NeMo Gym environment and a text policy (the PyPI
 packages a server needs are servers.REQUIRES, listed with these); `skip` is why

@@ -184,7 +184,11 @@ def definitions() -> list[CatalogueEnvironment]:
     return found
 
 
-@hookimpl
+@hookimpl(trylast=True)  # after every other plugin: an environment a plugin of its own runs is that plugin's
 def register_environments(registrar: EnvironmentRegistrar) -> None:
     for definition in definitions():
+        owner = registrar.registered(definition.name)
+        if owner is not None:
+            logger.info("relax-gym-catalogue leaves %s to plugin %s", definition.name, owner)
+            continue
         registrar.add(definition)
