@@ -84,16 +84,10 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _relax_args(args: argparse.Namespace) -> int:
-    from relax_gym_core.commands.relax_args import (  # noqa: PLC0415
-        DEFAULT_DEADLINE_S,
-        DEFAULT_GATEWAY,
-        flags,
-        problems,
-    )
+    from relax_gym_core.commands.relax_args import DEFAULT_GATEWAY, flags, problems  # noqa: PLC0415
 
     if args.check is None:
-        gateway, deadline_s = args.gateway or DEFAULT_GATEWAY, args.deadline_s or DEFAULT_DEADLINE_S
-        print(flags(args.environments, gateway=gateway, deadline_s=deadline_s))  # noqa: T201
+        print(flags(args.environments, gateway=args.gateway or DEFAULT_GATEWAY, deadline_s=args.deadline_s))  # noqa: T201
         return 0
     found = problems(args.environments, args.check, gateway=args.gateway, deadline_s=args.deadline_s)
     for problem in found:

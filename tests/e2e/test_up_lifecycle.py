@@ -18,6 +18,8 @@ from relax_gym_core.gym.release import nemo_gym_release, observability_wanted
 from relax_gym_core.gym.spawn import FORK_SERVER_VAR
 from relax_gym_core.testing.web import GatewayProcess, start_up
 
+from ..replicas.support import parent_of
+
 pytest.importorskip("relax_gym_workplace")
 
 pytestmark = pytest.mark.e2e  # the real CLI
@@ -30,10 +32,6 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return "State:\tZ" not in status  # a zombie has exited
-
-
-def parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 OWN = pytest.mark.nemo_gym(env={FORK_SERVER_VAR: "1"})  # `up` starts its own fork server, as users run it
@@ -61,11 +59,11 @@ def test_up_serves_and_stops_everything_it_started(
     assert all(os.getpgid(pid) == pid for pid in pids)  # each its own group: Ctrl-C reaches only `up`
     # Forked by `up`'s own fork server, or by this test process's, which `up` shares (the suite's way:
     # NeMo Gym imported once per test process).
-    fork_servers = {parent(pid) for pid in pids}
+    fork_servers = {parent_of(pid) for pid in pids}
     assert len(fork_servers) == 1
     (fork_server_pid,) = fork_servers
     assert "relax_gym_core.gym.forkserver" in Path(f"/proc/{fork_server_pid}/cmdline").read_text()
-    assert parent(fork_server_pid) == (gateway.pid if fork_server == "own" else os.getpid())
+    assert parent_of(fork_server_pid) == (gateway.pid if fork_server == "own" else os.getpid())
     ready = httpx.get(f"{gateway.url}/readyz", trust_env=False, timeout=30).json()
     assert ready["ready"] is True  # readiness includes the servers' own liveness
     gateway.process.send_signal(stop)

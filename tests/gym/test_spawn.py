@@ -19,6 +19,8 @@ from relax_gym_core.plugin.host import make_plugin_manager
 from relax_gym_core.plugin.servers import NemoGymServer
 from relax_gym_core.testing.processes import run_cli, start_up
 
+from ..replicas.support import parent_of
+
 pytestmark = pytest.mark.e2e  # the NeMo Gym environment's interpreter
 
 BROKEN = NemoGymServer(
@@ -117,9 +119,7 @@ def test_commands_sharing_a_fork_server_each_keep_their_own_servers(tmp_path: Pa
     with start_up(["mcqa"], env={FORK_SERVER_VAR: path}) as gateway:
         pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", "\n".join(gateway.output))]
         assert len(pids) == 2
-        fork_server = {
-            int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in pids
-        }
+        fork_server = {parent_of(pid) for pid in pids}
         assert len(fork_server) == 1 and fork_server != {gateway.pid}  # not `up`'s own: none was started
         other = ForkServer(python, socket_path=path)  # a third command's connection
         try:

@@ -42,6 +42,7 @@ from ..replicas.support import (
     alive,
     eventually,
     lose_two_of_four,
+    parent_of,
     process_stat,
     replica_counts,
     replicas_of,
@@ -90,16 +91,11 @@ def working_dirs(pids: list[int]) -> set[Path]:
 FORK_SERVER = "relax_gym_core.gym.forkserver"
 
 
-def parent(pid: int) -> int:
-    stat = process_stat(pid)
-    return stat[0] if stat is not None else 0
-
-
 def is_server(pid: int) -> bool:
     """A NeMo Gym server process: forked by a replica's fork server (the default), or its own interpreter."""
     line = command_line(pid)
     return "relax_gym_core.gym.launch" in line or (
-        FORK_SERVER in line and FORK_SERVER in command_line(parent(pid))
+        FORK_SERVER in line and FORK_SERVER in command_line(parent_of(pid))
     )
 
 

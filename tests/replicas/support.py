@@ -217,5 +217,11 @@ def process_stat(pid: int) -> tuple[int, str] | None:
     return int(fields[1]), fields[19]
 
 
+def parent_of(pid: int) -> int:
+    """The parent PID of a live process (0 when it is gone)."""
+    stat = process_stat(pid)
+    return stat[0] if stat is not None else 0
+
+
 def alive(pid: int) -> bool:
     return process_stat(pid) is not None  # a zombie has exited

@@ -47,14 +47,14 @@ from relax_gym_core.errors import (
 )
 from relax_gym_core.observe import CallbackOutcome, Observers
 from relax_gym_core.protocol import BRIDGE_PREFIX, TOKEN_CAPTURE_SEGMENT, attempt_of, jsonutil
-from relax_gym_core.protocol.bridge import model_call_route
+from relax_gym_core.protocol.bridge import MODEL_APIS, model_call_route
 from relax_gym_core.trajectories import Recorder
 from relax_gym_core.trials import CallbackTarget, Trial, TrialService
 from relax_gym_core.web import error_response, json_response, status_for
 
 logger = logging.getLogger("relax_gym.bridge")
 
-RESOURCES = ("chat/completions", "responses", "messages")
+RESOURCES = MODEL_APIS
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 KEEPALIVE = b": keep-alive\n\n"

@@ -19,6 +19,8 @@ from relax_gym_core.errors import ProtocolError
 from relax_gym_core.protocol import InterruptPolicy, jsonutil
 from relax_gym_core.protocol.types import split_http_url
 
+DEFAULT_DEADLINE_S: Final = 1800.0  # NEMO_GYM_DEADLINE_S when unset, as the reference client
+DEFAULT_LEASE_S: Final = 60.0  # NEMO_GYM_LEASE_S when unset
 _INTEGER_RE: Final = re.compile(r"\s*\+?\d+\s*")
 _TOKEN_RE: Final = re.compile(r"[\x21-\x7e]+")
 
@@ -92,8 +94,8 @@ class ClientSettings:
     responses_create_params: dict[str, Any] = field(factory=dict)
     sampling_params: dict[str, Any] = field(factory=dict)
     interrupt_policy: InterruptPolicy = InterruptPolicy.PROTECTED
-    deadline_s: float = field(default=1800.0, validator=_positive("deadline_s"))
-    lease_s: float = field(default=60.0, validator=_positive("lease_s"))
+    deadline_s: float = field(default=DEFAULT_DEADLINE_S, validator=_positive("deadline_s"))
+    lease_s: float = field(default=DEFAULT_LEASE_S, validator=_positive("lease_s"))
     options: ClientOptions = field(factory=ClientOptions)
     api_token: str | None = field(default=None, repr=False)  # the gateway's, when its trial API requires one
 
@@ -114,8 +116,8 @@ class ClientSettings:
             responses_create_params=_json_object_var(environ, "NEMO_GYM_RESPONSES_CREATE_PARAMS"),
             sampling_params=_json_object_var(environ, "NEMO_GYM_SAMPLING_PARAMS"),
             interrupt_policy=_policy_var(environ, "NEMO_GYM_INTERRUPT_POLICY"),
-            deadline_s=_positive_var(environ, "NEMO_GYM_DEADLINE_S", 1800.0),
-            lease_s=_positive_var(environ, "NEMO_GYM_LEASE_S", 60.0),
+            deadline_s=_positive_var(environ, "NEMO_GYM_DEADLINE_S", DEFAULT_DEADLINE_S),
+            lease_s=_positive_var(environ, "NEMO_GYM_LEASE_S", DEFAULT_LEASE_S),
             options=ClientOptions.from_env(environ),
             api_token=_token_var(environ, "RELAX_GYM_API_TOKEN"),
         )

@@ -17,16 +17,16 @@ from collections.abc import Mapping, Sequence
 
 from attrs import frozen
 
+from relax_gym_core.client.settings import DEFAULT_DEADLINE_S, DEFAULT_LEASE_S
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.plugin import EnvironmentDefinition
 from relax_gym_core.plugin.host import make_plugin_manager
 
 CLIENT = "relax-gym-client"
-DEFAULT_DEADLINE_S = 1800.0  # the thin client's NEMO_GYM_DEADLINE_S default
-LEASE_S = 60.0
 # --agent-timeout above the deadline by this much: the client's start, its create and the last poll after the
 # gateway ends the trial at its deadline, so the client (not Relax's kill) reports how the trial ended.
 CLIENT_MARGIN_S = 60.0
+RELAX_AGENT_TIMEOUT_S = 1800.0  # Relax's --agent-timeout when not given
 ROUTES = {
     "responses": "/v1/responses",
     "chat/completions": "/v1/chat/completions",
@@ -76,7 +76,7 @@ def agent_env(needs: Needs, gateway: str, deadline_s: float) -> dict[str, str]:
     if needs.config is not None:
         env["NEMO_GYM_CONFIG"] = needs.config
     env["NEMO_GYM_DEADLINE_S"] = _number(deadline_s)
-    env["NEMO_GYM_LEASE_S"] = _number(LEASE_S)
+    env["NEMO_GYM_LEASE_S"] = _number(DEFAULT_LEASE_S)
     return env
 
 
@@ -87,10 +87,10 @@ def _number(value: float) -> str:
 DEFAULT_GATEWAY = "http://127.0.0.1:28100"  # relax-gym serve/up's default address
 
 
-def flags(
-    names: Sequence[str], *, gateway: str = DEFAULT_GATEWAY, deadline_s: float = DEFAULT_DEADLINE_S
-) -> str:
-    """The Relax flags to paste after `python -m relax.entrypoints.train ...`, and what they assume."""
+def flags(names: Sequence[str], *, gateway: str = DEFAULT_GATEWAY, deadline_s: float | None = None) -> str:
+    """The Relax flags to paste after `python -m relax.entrypoints.train ...`, and what they assume
+    (`deadline_s` default: the thin client's)."""
+    deadline_s = DEFAULT_DEADLINE_S if deadline_s is None else deadline_s
     needs = Needs.of(_definitions(names))
     pairs = " ".join(shlex.quote(f"{k}={v}") for k, v in agent_env(needs, gateway, deadline_s).items())
     lines = [
@@ -176,7 +176,8 @@ def problems(
     ]
     deadline = deadline_s if deadline_s is not None else _deadline(pairs, found)
     timeouts = options.get("--agent-timeout", [])
-    timeout = _float(timeouts[-1][0] if timeouts and timeouts[-1] else "1800", "--agent-timeout", found)
+    given = timeouts[-1][0] if timeouts and timeouts[-1] else _number(RELAX_AGENT_TIMEOUT_S)
+    timeout = _float(given, "--agent-timeout", found)
     if timeout is not None and deadline is not None and timeout <= deadline:
         enough = _number(deadline + CLIENT_MARGIN_S)
         found.append(

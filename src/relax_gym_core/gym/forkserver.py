@@ -249,15 +249,15 @@ class ForkServer:
             client.sock.close()
 
     def kill_late(self) -> float | None:
-        """SIGKILL children whose grace ran out; the time until the next one's does."""
+        """SIGKILL children whose grace ran out (their exit is reaped as any other's); the time until the next
+        one's does, None when no child is being stopped."""
         now = time.monotonic()
         for pid, deadline in list(self.stopping.items()):
             if deadline <= now:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                self.stopping[pid] = float("inf")
-        pending = [deadline - now for deadline in self.stopping.values() if deadline != float("inf")]
-        return max(0.0, min(pending)) if pending else (0.2 if self.stopping else None)
+                del self.stopping[pid]
+        return max(0.0, min(self.stopping.values()) - now) if self.stopping else None
 
     def stop_children(self) -> None:
         for sig in (signal.SIGINT, signal.SIGKILL):

@@ -1,10 +1,22 @@
-"""Free ports for servers we start next (standard library only: also used inside the NeMo Gym environment)."""
+"""Free ports for servers we start next, and whether a server answers on its URL yet (standard library only:
+also used inside the NeMo Gym environment, by the Ray replicas' actors)."""
 
 from __future__ import annotations
 
 import socket
+import urllib.error
+import urllib.request
 
-__all__ = ["free_ports"]
+__all__ = ["answers_root", "free_ports"]
+
+
+def answers_root(opener: urllib.request.OpenerDirector, url: str) -> bool:
+    """Whether GET `url`/ answers 200 (a NeMo Gym server is up); `opener` reuses one handler chain."""
+    try:
+        with opener.open(f"{url}/", timeout=2.0) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:

@@ -11,7 +11,6 @@ import math
 import os
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -22,7 +21,7 @@ from attrs import frozen
 from relax_gym_core.errors import ConfigError
 from relax_gym_core.gym.config import merged_config
 from relax_gym_core.gym.installed import PYTHON_VAR
-from relax_gym_core.gym.ports import free_ports
+from relax_gym_core.gym.ports import answers_root, free_ports
 from relax_gym_core.gym.release import (
     CAPTURE_DIR_KEY,
     OBSERVABILITY_KEY,
@@ -112,7 +111,7 @@ def _wait_ready(servers: list[GymServerProcess], timeout_s: float) -> None:
             if server.process.poll() is not None:
                 code = server.process.returncode
                 raise ConfigError(f"NeMo Gym server {name!r} exited with code {code}:\n{server.tail()}")
-            if _answers_root(opener, server.url):
+            if answers_root(opener, server.url):
                 del pending[name]
         if not pending:
             return
@@ -123,15 +122,6 @@ def _wait_ready(servers: list[GymServerProcess], timeout_s: float) -> None:
                 f"(a busy host may need more: set {STARTUP_TIMEOUT_VAR})"
             )
         time.sleep(0.1)
-
-
-def _answers_root(opener: urllib.request.OpenerDirector, url: str) -> bool:
-    """GET / answers 200 (the standard library's HTTP: a command that starts servers imports no more)."""
-    try:
-        with opener.open(f"{url}/", timeout=2.0) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from relax_gym_core.plugin.probes import VerifierProbe
 from relax_gym_core.plugin.runs import RunResult
 from relax_gym_core.plugin.servers import NemoGymServer
 from relax_gym_core.protocol import Generation, InterruptPolicy
+from relax_gym_core.protocol.bridge import MODEL_APIS
 from relax_gym_core.protocol.jsonutil import is_finite_json
 
 # The reference's admission limits: the defaults of every environment (below) and spec (specs.py), and of
@@ -58,7 +59,7 @@ class EnvironmentDefinition:
     # How its agent calls the policy through the bridge: the model API ("responses", "chat/completions" or
     # "messages"; the trainer must serve that route), and whether it adds tools of its own to those calls
     # (a coding agent's shell) beyond any its rows carry. `relax-gym relax-args` turns both into flags.
-    model_api: str = field(default="responses", validator=in_(("responses", "chat/completions", "messages")))
+    model_api: str = field(default="responses", validator=in_(MODEL_APIS))
     agent_tools: bool = False
 
     # ---- behaviour (override what differs from the reference) ---------------------------------------

@@ -31,6 +31,7 @@ from relax_gym_core.ingym import (
 
 __all__ = [
     "BRIDGE_PREFIX",
+    "MODEL_APIS",
     "ROLLOUT_ID",
     "ROLLOUT_INDEX",
     "ROLLOUT_TAG",
@@ -42,6 +43,10 @@ __all__ = [
     "run_indices",
     "tag_of",
 ]
+
+# The model APIs the bridge forwards, by their path under /v1/: an agent calls one of them (an environment
+# says which: EnvironmentDefinition.model_api), and the trainer's per-session model API must serve it.
+MODEL_APIS = ("chat/completions", "responses", "messages")
 
 
 def run_indices(rollout_id: str) -> dict[str, str]:

@@ -37,7 +37,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -46,21 +45,13 @@ from typing import Any
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError  # type: ignore[import-not-found]
 
 import ray  # type: ignore[import-not-found] # the NeMo Gym environment's, untyped for mypy here
-from relax_gym_core.gym.ports import free_ports  # standard library only
+from relax_gym_core.gym.ports import answers_root, free_ports  # standard library only
 from relax_gym_core.gym.spawn import ServerProcess, spawn_server  # standard library only
 from relax_gym_core.gym.stop import stop_processes  # standard library only
 
 PLACEMENT_GRACE_S = 60.0  # on top of the servers' startup timeout: a worker process to start on the node
 STOP_TIMEOUT_S = 15.0  # a replica's servers: SIGINT to all, then SIGKILL (gym.stop's default budget)
 SHUTDOWN_TIMEOUT_S = 120.0  # a replica's servers, one after the other
-
-
-def _answers_root(opener: urllib.request.OpenerDirector, url: str) -> bool:
-    try:
-        with opener.open(f"{url}/", timeout=2.0) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 @ray.remote(max_restarts=0, max_task_retries=0)
@@ -129,7 +120,7 @@ class ReplicaActor:
                         f"NeMo Gym server {name!r} of replica {replica} exited with code {code}:\n"
                         + self._tail(name)
                     )
-                if _answers_root(opener, url):
+                if answers_root(opener, url):
                     del pending[name]
             if pending and time.monotonic() > stop:
                 raise RuntimeError(

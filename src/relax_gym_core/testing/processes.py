@@ -40,18 +40,23 @@ def run_cli(
         capture_output=True,
         text=True,
         timeout=timeout_s,
-        env={**os.environ, **sharing(env), **(env or {})},
+        env={**os.environ, **sharing(args, env), **(env or {})},
         cwd=cwd,
         check=False,
     )
 
 
-def sharing(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """$RELAX_GYM_FORK_SERVER for a command a test starts: this process's NeMo Gym fork server, shared, so
-    the suite imports NeMo Gym once per test process, not once per command that starts servers. Not when
-    the test chose the fork server or the NeMo Gym interpreter itself, nor without a NeMo Gym."""
+# The commands that start NeMo Gym servers (rollout through the `up` it starts without --gateway).
+STARTS_SERVERS = frozenset({"up", "probe", "rollout", "reverify", "demo"})
+
+
+def sharing(args: Sequence[str], env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """$RELAX_GYM_FORK_SERVER for `relax-gym ARGS` started by a test: this process's NeMo Gym fork server,
+    shared, so the suite imports NeMo Gym once per test process, not once per command that starts servers.
+    Not for a command that starts none (it would start a fork server for nothing), nor when the test chose
+    the fork server or the NeMo Gym interpreter itself, nor without a NeMo Gym."""
     chosen = {**os.environ, **(env or {})}
-    if FORK_SERVER_VAR in chosen or PYTHON_VAR in (env or {}):
+    if not args or args[0] not in STARTS_SERVERS or FORK_SERVER_VAR in chosen or PYTHON_VAR in (env or {}):
         return {}
     try:
         return {FORK_SERVER_VAR: shared_fork_server(gym_python())}
@@ -137,7 +142,7 @@ def _run_cli(
         text=True,
         env={
             **os.environ,
-            **sharing(env),
+            **sharing(args, env),
             "NEMO_GYM_CALLBACK_ALLOWED_NETWORKS": LOOPBACK_NETWORKS,
             **(env or {}),
         },
